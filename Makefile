@@ -1,0 +1,62 @@
+# appliance: `make install` sets everything up, `make test` checks it all.
+# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+
+# llama.cpp build flags. The default is a portable AVX2 build: a native build crashes on CPUs
+# that report AMX to programs that may not use it (as on many virtual machines).
+#   NVIDIA GPU:  make install LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"
+#   Apple Metal: make install LLAMA_CMAKE_ARGS="-DGGML_METAL=on"
+#   this CPU, fully optimised (bare metal only): make install LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON"
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF
+
+BENCH ?= ../shared/bench/musique-dev
+Q ?=
+N ?= 10
+
+.PHONY: install venv deps models demo-corpus test test-fast run doctor bench-llm bench-sources bench-pipeline clean
+
+install: deps models demo-corpus ## virtual environment, every dependency, the default models, the demo corpus
+	@$(BIN)/appliance doctor || true
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+venv: $(BIN)/python
+
+# llama-cpp-python compiles llama.cpp (several minutes once; pip's wheel cache makes later installs quick).
+deps: venv
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install "llama-cpp-python==0.3.36"
+	$(BIN)/pip install -e '.[test]'
+
+models: venv
+	$(PY) scripts/fetch_default_model.py
+
+demo-corpus: venv
+	$(BIN)/appliance corpus add $(BENCH)/corpus.jsonl --name default
+
+test: ## the whole test suite (real model, real LanceDB, real SearXNG on loopback)
+	$(PY) -m pytest tests
+
+run: ## make run Q="your question"
+	@test -n "$(Q)" || { echo 'usage: make run Q="your question"' >&2; exit 2; }
+	$(BIN)/appliance research "$(Q)"
+
+doctor:
+	$(BIN)/appliance doctor
+
+bench-llm:
+	$(PY) scripts/bench_llm.py
+
+bench-sources:
+	$(PY) scripts/bench_sources.py
+
+bench-pipeline:
+	$(PY) scripts/bench_pipeline.py --limit $(N)
+
+clean:
+	rm -rf .build .pytest_cache

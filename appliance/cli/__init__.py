@@ -1,0 +1,60 @@
+"""The `appliance` command line. Commands live in the modules of this package by subject;
+this module holds the group, the shared options and the error boundary."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import ApplianceError
+from .common import AppContext
+
+
+class ApplianceGroup(click.Group):
+    """Turns every ApplianceError into one line on stderr and its exit code: never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ApplianceError as exc:
+            click.echo(f"error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: finished work is on disk; run the same command again to resume", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=ApplianceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="appliance")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="Config file (default: $APPLIANCE_CONFIG, else ./config/appliance.toml if present).")
+@click.pass_context
+def main(ctx: click.Context, config_file: str | None) -> None:
+    """A research appliance that runs entirely on this machine.
+
+    A question goes in; a cited, fact-checked markdown report comes out. Models are local
+    GGUF files; search goes to your SearXNG or to a local corpus.
+    """
+    ctx.obj = AppContext(config_file=config_file)
+
+
+def _register() -> None:
+    from . import models as models_cmds
+    from . import doctor as doctor_cmds
+
+    main.add_command(models_cmds.models)
+    main.add_command(doctor_cmds.doctor)
+    for name in ("sources", "research", "batch", "eval"):
+        try:
+            module = __import__(f"{__name__}.{name}", fromlist=["COMMANDS"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            continue
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_register()

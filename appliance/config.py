@@ -1,0 +1,243 @@
+"""Settings: packaged defaults < profile < config/appliance.toml < APPLIANCE_* env < CLI flags.
+
+Every key must exist in the packaged defaults and keep its type; anything else is a
+ConfigError naming the key and the file (or variable) it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError, StateError
+
+DEFAULT_CONFIG_FILE = Path("config") / "appliance.toml"
+PROFILES = ("quick", "standard", "deep")
+
+
+class Section:
+    """Read-only attribute access to one settings section."""
+
+    def __init__(self, name: str, values: Mapping[str, Any]):
+        self._name = name
+        self._values = dict(values)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"settings section [{self._name}] has no key {key!r}") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self._values)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The merged settings. Sections are attributes: ``settings.fetch.budget``."""
+
+    data: dict[str, dict[str, Any]]
+    sources: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> Section:
+        data = object.__getattribute__(self, "data")
+        if name in data:
+            return Section(name, data[name])
+        raise AttributeError(name)
+
+    def get(self, dotted: str) -> Any:
+        section, key = dotted.split(".", 1)
+        return self.data[section][key]
+
+    def with_overrides(self, overrides: Mapping[str, Any], origin: str = "command line") -> "Settings":
+        """Return new settings with ``{"section.key": value}`` applied (None values are skipped)."""
+        data = copy.deepcopy(self.data)
+        for dotted, value in overrides.items():
+            if value is None:
+                continue
+            section, key = _split_key(dotted, origin)
+            _check_key(data, section, key, origin)
+            data[section][key] = _coerce(value, data[section][key], f"{section}.{key}", origin)
+        return Settings(data, self.sources + (origin,))
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return copy.deepcopy(self.data)
+
+    @property
+    def home(self) -> Path:
+        return Path(self.data["state"]["home"]).expanduser()
+
+
+def _split_key(dotted: str, origin: str) -> tuple[str, str]:
+    if "." not in dotted:
+        raise ConfigError(f"setting {dotted!r} from {origin} is not of the form section.key")
+    section, key = dotted.split(".", 1)
+    return section, key
+
+
+def _check_key(data: dict, section: str, key: str, origin: str) -> None:
+    if section not in data:
+        raise ConfigError(f"unknown section [{section}] in {origin}",
+                          hint=f"known sections: {', '.join(sorted(data))}")
+    if key not in data[section]:
+        raise ConfigError(f"unknown key '{section}.{key}' in {origin}",
+                          hint=f"known keys of [{section}]: {', '.join(sorted(data[section]))}")
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string",
+            list: "a list"}.get(type(value), type(value).__name__)
+
+
+def _coerce(value: Any, default: Any, key: str, origin: str) -> Any:
+    """Check ``value`` against the type of the default; parse strings from the environment."""
+    want = type(default)
+    if isinstance(value, str) and want is not str:
+        return _parse_text(value, default, key, origin)
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if want is bool and not isinstance(value, bool):
+        raise ConfigError(f"'{key}' in {origin} must be {_type_name(default)}, got {value!r}")
+    if want is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"'{key}' in {origin} must be {_type_name(default)}, got {value!r}")
+    if not isinstance(value, want):
+        raise ConfigError(f"'{key}' in {origin} must be {_type_name(default)}, got {value!r}")
+    return value
+
+
+def _parse_text(text: str, default: Any, key: str, origin: str) -> Any:
+    want = type(default)
+    try:
+        if want is bool:
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(text)
+        if want is int:
+            return int(text.strip())
+        if want is float:
+            return float(text.strip())
+        if want is list:
+            return [part.strip() for part in text.split(",") if part.strip()]
+    except ValueError:
+        pass
+    raise ConfigError(f"'{key}' in {origin} must be {_type_name(default)}, got {text!r}")
+
+
+def _merge_layer(data: dict, layer: Mapping[str, Any], origin: str) -> None:
+    for section, values in layer.items():
+        if section == "profiles":
+            continue
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"'{section}' in {origin} must be a [section] table")
+        for key, value in values.items():
+            _check_key(data, section, key, origin)
+            data[section][key] = _coerce(value, data[section][key], f"{section}.{key}", origin)
+
+
+def _merge_profiles(profiles: dict, layer: Mapping[str, Any], base: dict, origin: str) -> None:
+    for name, sections in (layer.get("profiles") or {}).items():
+        if name not in PROFILES:
+            raise ConfigError(f"unknown profile [profiles.{name}] in {origin}",
+                              hint=f"profiles are {', '.join(PROFILES)}")
+        target = profiles.setdefault(name, {})
+        for section, values in sections.items():
+            for key, value in values.items():
+                _check_key(base, section, key, f"{origin} [profiles.{name}]")
+                target.setdefault(section, {})[key] = _coerce(
+                    value, base[section][key], f"profiles.{name}.{section}.{key}", origin)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist",
+                          hint="create it or unset APPLIANCE_CONFIG / --config") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}",
+                          hint="fix the syntax at the position named") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+
+
+def packaged_defaults() -> dict:
+    text = resources.files("appliance").joinpath("defaults.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def load_settings(config_file: str | Path | None = None, profile: str | None = None,
+                  env: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Build the settings from every layer.
+
+    ``config_file`` defaults to $APPLIANCE_CONFIG, else ./config/appliance.toml when it exists.
+    ``profile`` defaults to the (merged) ``pipeline.profile``.
+    """
+    env = os.environ if env is None else env
+    raw_defaults = packaged_defaults()
+    data = {k: dict(v) for k, v in raw_defaults.items() if k != "profiles"}
+    profiles: dict = {}
+    _merge_profiles(profiles, raw_defaults, data, "packaged defaults")
+    sources = ["packaged defaults"]
+
+    user_layer: dict = {}
+    path = Path(config_file) if config_file else (Path(env["APPLIANCE_CONFIG"]) if env.get("APPLIANCE_CONFIG") else None)
+    if path is None and DEFAULT_CONFIG_FILE.is_file():
+        path = DEFAULT_CONFIG_FILE
+    if path is not None:
+        user_layer = _read_toml(path)
+        _merge_profiles(profiles, user_layer, data, str(path))
+        sources.append(str(path))
+
+    env_layer = _env_layer(data, env)
+    chosen = profile or (overrides or {}).get("pipeline.profile") or env_layer.get("pipeline", {}).get("profile") \
+        or (user_layer.get("pipeline") or {}).get("profile") or data["pipeline"]["profile"]
+    if chosen not in PROFILES:
+        raise ConfigError(f"unknown profile {chosen!r}", hint=f"use one of {', '.join(PROFILES)}")
+    _merge_layer(data, profiles.get(chosen, {}), f"profile {chosen}")
+    data["pipeline"]["profile"] = chosen
+    if path is not None:
+        _merge_layer(data, user_layer, str(path))
+        data["pipeline"]["profile"] = chosen
+    for section, values in env_layer.items():
+        for key, (value, var) in values.items():
+            data[section][key] = _coerce(value, data[section][key], f"{section}.{key}", f"environment variable {var}")
+    data["pipeline"]["profile"] = chosen
+    if env.get("APPLIANCE_HOME"):
+        data["state"]["home"] = env["APPLIANCE_HOME"]
+        sources.append("APPLIANCE_HOME")
+    settings = Settings(data, tuple(sources))
+    if overrides:
+        settings = settings.with_overrides({k: v for k, v in overrides.items() if k != "pipeline.profile"})
+    return settings
+
+
+def _env_layer(data: dict, env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
+    found: dict[str, dict[str, tuple[str, str]]] = {}
+    for section, values in data.items():
+        for key in values:
+            var = f"APPLIANCE_{section}_{key}".upper()
+            if var in env:
+                found.setdefault(section, {})[key] = (env[var], var)
+    return found
+
+
+def state_dir(settings: Settings, *parts: str, create: bool = True) -> Path:
+    """A folder inside the state folder, created on demand, with a clear error when it cannot be."""
+    path = settings.home.joinpath(*parts)
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot create state folder {path}: {exc.strerror}",
+                             hint="set APPLIANCE_HOME to a writable folder") from None
+    return path

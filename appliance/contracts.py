@@ -1,0 +1,207 @@
+"""The contracts at phase boundaries: what each model call must return (its JSON Schema becomes
+a llama.cpp grammar) and the records that flow between phases. Read this file first.
+
+Model-output schemas keep strings and lists bounded so that a small model cannot ramble past
+its output budget, and carry labels as enums (rule 4) so downstream code ranks by label alone.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SourceQuality(str, Enum):
+    primary = "primary"
+    secondary = "secondary"
+    blog = "blog"
+    forum = "forum"
+    unreliable = "unreliable"
+
+
+class Importance(str, Enum):
+    central = "central"
+    supporting = "supporting"
+    tangential = "tangential"
+
+
+QUALITY_RANK = {q: i for i, q in enumerate(SourceQuality)}
+IMPORTANCE_RANK = {v: i for i, v in enumerate(Importance)}
+
+
+class _Out(BaseModel):
+    """Base of model outputs: no extra keys, so the grammar and the validator agree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- model outputs
+
+class PlanNode(_Out):
+    id: str = Field(max_length=12, description="short id such as q1")
+    question: str = Field(max_length=300)
+    depends_on: list[str] = Field(default_factory=list, max_length=4)
+
+
+class Plan(_Out):
+    effort: int = Field(ge=1, le=5, description="search queries per sub-question, 1 simple to 5 complex")
+    nodes: list[PlanNode] = Field(min_length=1, max_length=12)
+
+
+class SearchQueries(_Out):
+    queries: list[str] = Field(min_length=1, max_length=5)
+
+
+class ExtractedClaim(_Out):
+    claim: str = Field(max_length=300)
+    quote: str = Field(max_length=400)
+    importance: Importance
+
+
+class Extraction(_Out):
+    source_quality: SourceQuality
+    publish_date: Optional[str] = Field(default=None, max_length=40)
+    claims: list[ExtractedClaim] = Field(default_factory=list, max_length=5)
+
+
+class Reflection(_Out):
+    insights: list[str] = Field(default_factory=list, max_length=3)
+    gaps: list[str] = Field(default_factory=list, max_length=3)
+    contradictions: list[str] = Field(default_factory=list, max_length=3)
+    queries: list[str] = Field(default_factory=list, max_length=5)
+
+
+class NodeFindings(_Out):
+    findings: str = Field(max_length=800)
+    gaps: list[str] = Field(default_factory=list, max_length=3)
+
+
+class Vote(_Out):
+    refuted: bool
+    reason: str = Field(max_length=300)
+
+
+class GapQuestions(_Out):
+    questions: list[str] = Field(default_factory=list, max_length=3)
+
+
+class Statement(_Out):
+    text: str = Field(max_length=400)
+    claim_ids: list[str] = Field(default_factory=list, max_length=6)
+
+
+class Finding(_Out):
+    theme: str = Field(max_length=120)
+    statements: list[Statement] = Field(min_length=1, max_length=6)
+
+
+class ReportDraft(_Out):
+    answer: str = Field(max_length=400)
+    executive_summary: str = Field(max_length=1500)
+    findings: list[Finding] = Field(default_factory=list, max_length=6)
+    open_questions: list[str] = Field(default_factory=list, max_length=5)
+
+
+class ShortAnswer(_Out):
+    """One-call answers (the rag and closed-book baselines)."""
+
+    answer: str = Field(max_length=200)
+
+
+# ---------------------------------------------------------------- records that flow
+
+class _Rec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Hit(_Rec):
+    """One search result from any backend."""
+
+    url: str
+    title: str = ""
+    snippet: str = ""
+    engine: str = ""
+    rank: int = 0
+    query: str = ""
+
+
+class Source(_Rec):
+    """The outcome of fetching one URL: extracted text, or the reason it failed."""
+
+    url: str
+    norm_url: str = ""
+    title: str = ""
+    text: str = ""
+    published: Optional[str] = None
+    content_type: str = ""
+    ok: bool = True
+    error: Optional[str] = None
+    from_cache: bool = False
+    quality: Optional[SourceQuality] = None
+
+
+class QuoteRef(_Rec):
+    source_url: str
+    quote: str
+
+
+class Claim(_Rec):
+    """A claim as extracted from one source, its quote checked against the source text."""
+
+    id: str
+    node_id: str
+    text: str
+    quote: str
+    source_url: str
+    source_title: str = ""
+    importance: Importance
+    source_quality: SourceQuality
+    published: Optional[str] = None
+
+
+class MergedClaim(_Rec):
+    """Claims merged by meaning; support is the number of distinct sources."""
+
+    id: str
+    text: str
+    importance: Importance
+    source_quality: SourceQuality
+    quotes: list[QuoteRef]
+    members: list[str]
+    node_ids: list[str]
+
+    @property
+    def support(self) -> int:
+        return len({q.source_url for q in self.quotes})
+
+
+class VoteRecord(_Rec):
+    claim_id: str
+    seed: int
+    valid: bool
+    refuted: Optional[bool] = None
+    reason: str = ""
+
+
+class Verdict(_Rec):
+    claim_id: str
+    confirmed: bool
+    refutations: int
+    valid_votes: int
+    votes: list[VoteRecord]
+
+
+class NodeState(_Rec):
+    """One sub-question as it moves through gather."""
+
+    id: str
+    question: str
+    depends_on: list[str] = []
+    status: str = "pending"
+    queries: list[str] = []
+    findings: str = ""
+    gaps: list[str] = []
+    from_gap_round: bool = False
+    error: Optional[str] = None

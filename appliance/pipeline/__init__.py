@@ -1,0 +1,1 @@
+"""The research pipeline: plan, gather, dedup, verify, gaps, synthesize (see run.py)."""

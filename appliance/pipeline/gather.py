@@ -1,0 +1,278 @@
+"""Gather: each node researched in its own context, the moment its parents are done.
+
+Per node: queries -> hits -> URL rules and the run's fetch budget -> fetch + extract ->
+claims whose quotes are anchored in the source text -> (reflect, search again) -> findings.
+Nodes run on a small thread pool; model calls serialise on the engine, network I/O overlaps.
+URL admissions go through a turnstile in the run's fixed node order, so which node gets which
+page never depends on thread timing: a rerun replays the same calls from the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+from ..contracts import (Claim, Extraction, Hit, NodeFindings, NodeState, Reflection,
+                         SearchQueries, Source)
+from ..errors import ModelOutputError, SearchError
+from . import prompts
+from .quotes import find_quote
+from .state import RunContext
+
+MAX_PARALLEL_NODES = 4
+
+
+class Turnstile:
+    """Lets keys pass in a fixed order; a key that will never come must be released."""
+
+    def __init__(self, order: list[tuple[str, int]]):
+        self._order = list(order)
+        self._done: set[tuple[str, int]] = set()
+        self._cond = threading.Condition()
+
+    def _head(self) -> tuple[str, int] | None:
+        for key in self._order:
+            if key not in self._done:
+                return key
+        return None
+
+    def wait(self, key: tuple[str, int]) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._head() == key)
+
+    def done(self, key: tuple[str, int]) -> None:
+        with self._cond:
+            self._done.add(key)
+            self._cond.notify_all()
+
+    def release_node(self, node_id: str) -> None:
+        with self._cond:
+            self._done.update(k for k in self._order if k[0] == node_id)
+            self._cond.notify_all()
+
+
+def gather(run: RunContext, nodes: list[NodeState], effort: int) -> list[Claim]:
+    """Research every node (parents first, pipelined) and return all accepted claims in a fixed order."""
+    iterations = max(1, run.settings.pipeline.iterations)
+    turnstile = Turnstile([(n.id, it) for n in nodes for it in range(iterations)])
+    by_id = {n.id: n for n in nodes}
+    claims: dict[str, list[Claim]] = {n.id: [] for n in nodes}
+    finished: set[str] = set()
+    running: dict = {}
+
+    def ready(node: NodeState) -> bool:
+        return node.status == "pending" and all(p in finished for p in node.depends_on)
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_NODES, max(1, len(nodes))),
+                            thread_name_prefix="node") as pool:
+        while len(finished) < len(nodes):
+            for node in nodes:
+                if ready(node) and node.id not in running.values():
+                    node.status = "running"
+                    run.progress.on_node(node.id, node.question, "in progress")
+                    parents = [by_id[p] for p in node.depends_on]
+                    future = pool.submit(_gather_node, run, node, parents, effort, iterations, turnstile)
+                    running[future] = node.id
+            if not running:
+                break  # nothing can start: cannot happen with a checked plan, but never hang
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in done:
+                node_id = running.pop(future)
+                node = by_id[node_id]
+                try:
+                    claims[node_id] = future.result()
+                    node.status = "done"
+                except Exception as exc:  # a bug in one node must not discard the others' work
+                    node.status = "failed"
+                    node.error = f"{type(exc).__name__}: {exc}"
+                    run.stats.add(nodes_failed=1)
+                finally:
+                    turnstile.release_node(node_id)
+                finished.add(node_id)
+                run.recorder.append("nodes", node)
+                run.progress.on_node(node_id, node.question, node.status)
+    return [c for n in nodes for c in claims[n.id]]
+
+
+def _parent_findings(parents: list[NodeState]) -> str:
+    return " ".join(f"[{p.id}] {p.findings}" for p in parents if p.findings)
+
+
+def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], effort: int,
+                 iterations: int, turnstile: Turnstile) -> list[Claim]:
+    settings = run.settings.pipeline
+    parent_text = _parent_findings(parents)
+    node_claims: list[Claim] = []
+    queries = _first_queries(run, node, parent_text, effort)
+    source_index = 0
+    for iteration in range(iterations):
+        node.queries.extend(queries)
+        hits = _search(run, queries)
+        turnstile.wait((node.id, iteration))
+        try:
+            admitted = _admit(run, hits, settings.sources_per_node)
+        finally:
+            turnstile.done((node.id, iteration))
+        sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
+        for hit, source in zip(admitted, sources):
+            source_index += 1
+            if not source.title:
+                source.title = hit.title
+            node_claims.extend(_read_source(run, node, parent_text, source, source_index))
+        if iteration + 1 >= iterations:
+            break
+        queries = _reflect(run, node, node_claims, effort)
+        if not queries:
+            break
+    _conclude(run, node, node_claims)
+    return node_claims
+
+
+def _first_queries(run: RunContext, node: NodeState, parent_text: str, effort: int) -> list[str]:
+    # A root node with one query searches its own sub-question: no model call is needed.
+    if effort <= 1 and not node.depends_on:
+        return [node.question]
+    messages = prompts.queries(run.ctx, node.question, parent_text, effort)
+    try:
+        out = run.models.extractor.structured(messages, SearchQueries,
+                                              max_tokens=prompts.QUERIES_TOKENS, purpose="queries")
+    except ModelOutputError:
+        run.stats.add(model_failures=1)
+        return [node.question]
+    queries = _clean_queries(out.queries)[:effort]
+    return queries or [node.question]
+
+
+def _clean_queries(queries: list[str]) -> list[str]:
+    seen: list[str] = []
+    for q in queries:
+        q = " ".join(q.split())[:200]
+        if q and q.lower() not in (s.lower() for s in seen):
+            seen.append(q)
+    return seen
+
+
+def _search(run: RunContext, queries: list[str]) -> list[Hit]:
+    """Hits of every query, interleaved by rank (best of each query first)."""
+    per_query: list[list[Hit]] = []
+    limit = run.settings.search.results_per_query
+    for query in queries:
+        key = hashlib.sha256(f"{run.backend.name}\0{limit}\0{query}".encode()).hexdigest()
+        cached = run.searches.get(key)
+        if cached is not None:
+            hits = [Hit.model_validate(h) for h in cached]
+        else:
+            try:
+                hits = run.backend.search(query, limit)
+            except SearchError as exc:
+                run.stats.note_search_error(exc.one_line())
+                continue
+            for hit in hits:
+                hit.query = query
+            run.searches.put(key, [h.model_dump(mode="json") for h in hits])
+        run.stats.add(searches=1, hits=len(hits))
+        per_query.append(hits)
+    merged: list[Hit] = []
+    for rank in range(max((len(h) for h in per_query), default=0)):
+        merged.extend(hits[rank] for hits in per_query if rank < len(hits))
+    return merged
+
+
+def _admit(run: RunContext, hits: list[Hit], cap: int) -> list[Hit]:
+    """Up to ``cap`` new hits through the run-wide URL rules; the rest are counted, not lost."""
+    admitted: list[Hit] = []
+    before_dups = len(run.ledger.duplicates)
+    before_drops = len(run.ledger.budget_drops)
+    for position, hit in enumerate(hits):
+        if len(admitted) >= cap:
+            run.stats.add(node_cap_drops=len(hits) - position)
+            break
+        admitted.extend(run.ledger.admit([hit]))
+    run.stats.add(url_duplicates=len(run.ledger.duplicates) - before_dups,
+                  budget_drops=len(run.ledger.budget_drops) - before_drops)
+    return admitted
+
+
+def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Source,
+                 index: int) -> list[Claim]:
+    with run.sources_lock:
+        run.sources[source.url] = source
+    if not source.ok or not source.text.strip():
+        run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
+        run.stats.add(sources_failed=1)
+        return []
+    run.stats.add(sources_fetched=1)
+    settings = run.settings.pipeline
+    text = source.text[: settings.source_chars]
+    messages = prompts.extract(run.ctx, node.question, parent_text, source.title,
+                               source.published, text, settings.claims_per_source)
+    try:
+        extraction = run.models.extractor.structured(messages, Extraction,
+                                                     max_tokens=prompts.EXTRACT_TOKENS, purpose="extract")
+    except ModelOutputError:
+        run.stats.add(extraction_failures=1, model_failures=1)
+        run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
+        return []
+    source.quality = extraction.source_quality
+    run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
+    accepted: list[Claim] = []
+    for k, item in enumerate(extraction.claims[: settings.claims_per_source], start=1):
+        run.stats.add(claims_extracted=1)
+        span = find_quote(item.quote, source.text, settings.quote_similarity)
+        claim_text = " ".join(item.claim.split())
+        record = {"node": node.id, "source_url": source.url, "claim": claim_text,
+                  "model_quote": item.quote, "accepted": span is not None and bool(claim_text)}
+        run.recorder.append("claims", record)
+        if span is None or not claim_text:
+            run.stats.add(quotes_rejected=1)
+            continue
+        accepted.append(Claim(
+            id=f"{node.id}-s{index}-c{k}", node_id=node.id, text=claim_text, quote=span,
+            source_url=source.url, source_title=source.title, importance=item.importance,
+            source_quality=extraction.source_quality,
+            published=source.published or extraction.publish_date))
+    return accepted
+
+
+def _claims_text(claims: list[Claim], limit: int = 12) -> str:
+    return "\n".join(f"- {c.text}" for c in claims[:limit])
+
+
+def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int) -> list[str]:
+    messages = prompts.reflect(run.ctx, node.question, _claims_text(claims), effort)
+    try:
+        out = run.models.extractor.structured(messages, Reflection,
+                                              max_tokens=prompts.REFLECT_TOKENS, purpose="reflect")
+    except ModelOutputError:
+        run.stats.add(model_failures=1)
+        return []
+    node.gaps.extend(g for g in out.gaps if g.strip())
+    done = {q.lower() for q in node.queries}
+    return [q for q in _clean_queries(out.queries) if q.lower() not in done][:effort]
+
+
+def _conclude(run: RunContext, node: NodeState, claims: list[Claim]) -> None:
+    """A node ends with findings (for its children) and gaps (for the gap round)."""
+    if not claims:
+        node.findings = ""
+        node.gaps = [node.question]
+        return
+    messages = prompts.findings(run.ctx, node.question, _claims_text(claims))
+    try:
+        out = run.models.writer.structured(messages, NodeFindings,
+                                           max_tokens=prompts.FINDINGS_TOKENS, purpose="findings")
+        node.findings = " ".join(out.findings.split())
+        node.gaps = _dedupe_text(node.gaps + out.gaps)
+    except ModelOutputError:
+        run.stats.add(model_failures=1)
+        node.findings = " ".join(c.text for c in claims[:5])
+
+
+def _dedupe_text(items: list[str]) -> list[str]:
+    seen: list[str] = []
+    for item in items:
+        item = " ".join(item.split())
+        if item and item.lower() not in (s.lower() for s in seen):
+            seen.append(item)
+    return seen

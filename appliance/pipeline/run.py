@@ -1,0 +1,247 @@
+"""The orchestrator: plan -> gather (pipelined) -> dedup -> barrier -> verify -> one gap round
+-> synthesize -> report. Every outcome, including failure, is a report file with its stats
+(rule 6), and the run folder holds what happened as it happened.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import time
+import unicodedata
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings, state_dir
+from ..contracts import MergedClaim, Verdict
+from ..errors import ModelOutputError, StateError, UsageError
+from ..report import ReportData, render_json, render_markdown
+from . import prompts
+from .dedup import ClaimPool, rank_claims
+from .gaps import gap_nodes
+from .gather import gather
+from .plan import check_plan, make_plan, topo_order
+from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
+from .synthesize import synthesize
+from .verify import verify_claims
+
+MAX_QUESTION_CHARS = 2000
+ROLES = ("planner", "extractor", "verifier", "writer")
+ACCOUNTING_FIELDS = {"model_calls": "model_calls", "cache_hits": "cache_hits",
+                     "tokens_submitted": "prompt_tokens", "tokens_evaluated": "prompt_evaluated",
+                     "tokens_generated": "generated_tokens", "llm_seconds": "seconds"}
+
+
+@dataclass
+class Models:
+    """An engine per role (one engine may hold several roles)."""
+
+    planner: Any
+    extractor: Any
+    verifier: Any
+    writer: Any
+
+    @classmethod
+    def from_pool(cls, pool) -> "Models":
+        return cls(**{role: pool.for_role(role) for role in ROLES})
+
+    def engines(self) -> list:
+        seen: list = []
+        for role in ROLES:
+            engine = getattr(self, role)
+            if all(engine is not e for e in seen):
+                seen.append(engine)
+        return seen
+
+    def label(self) -> str:
+        names = {role: getattr(getattr(self, role), "name", "model") for role in ROLES}
+        if len(set(names.values())) == 1:
+            return names["planner"]
+        return ", ".join(f"{role}={name}" for role, name in names.items())
+
+    def totals(self) -> dict[str, float]:
+        totals = {key: 0.0 for key in ACCOUNTING_FIELDS}
+        for engine in self.engines():
+            acc = engine.accounting
+            for key, attr in ACCOUNTING_FIELDS.items():
+                totals[key] += getattr(acc, attr, 0)
+        return totals
+
+
+@dataclass
+class ResearchResult:
+    status: str
+    markdown_path: Path
+    json_path: Path
+    run_dir: Path
+    report: dict
+
+
+def clean_question(question: str) -> str:
+    """The question with control characters removed and spaces folded; a UsageError if unusable."""
+    text = "".join(ch if unicodedata.category(ch)[0] != "C" or ch in "\t\n" else " " for ch in question)
+    text = " ".join(text.split())
+    if not text:
+        raise UsageError("the question is empty", hint='ask something, e.g. appliance research "Who ...?"')
+    if len(text) > MAX_QUESTION_CHARS:
+        raise UsageError(f"the question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}",
+                         hint="shorten it to the question itself and put background in a corpus")
+    return text
+
+
+def slugify(text: str, limit: int = 48) -> str:
+    """A file-name-safe slug on any filesystem, plus a short hash so distinct questions never collide."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    words = re.sub(r"[^a-z0-9]+", "-", ascii_text).strip("-")
+    words = words[:limit].rstrip("-") or "question"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{words}-{digest}"
+
+
+def run_id_for(question: str, date: str) -> str:
+    return f"{date}-{slugify(question)}"
+
+
+@contextmanager
+def _phase(run: RunContext, name: str):
+    run.progress.on_phase(name)
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        run.stats.phase_seconds[name] = round(run.stats.phase_seconds.get(name, 0.0)
+                                              + time.monotonic() - start, 3)
+
+
+def research(question: str, settings: Settings, *, models: Models, backend, fetcher, embedder,
+             out_dir: str | Path | None = None, progress: Progress | None = None,
+             today: dt.date | None = None) -> ResearchResult:
+    """Research ``question`` and write its report; returns where everything went."""
+    from ..sources.urls import UrlLedger
+
+    question = clean_question(question)
+    date = (today or dt.date.today()).isoformat()
+    run_id = run_id_for(question, date)
+    run_dir = state_dir(settings, "runs") / run_id
+    recorder = Recorder(run_dir)
+    run = RunContext(settings=settings, models=models, backend=backend, fetcher=fetcher,
+                     ledger=UrlLedger(settings.fetch.budget), recorder=recorder,
+                     searches=SearchLog(run_dir / "searches.jsonl"), stats=RunStats(),
+                     ctx=prompts.Context(question=question, today=date),
+                     progress=progress or Progress())
+    before = models.totals()
+    data = ReportData(question=question, status="complete", date=date, model=models.label(),
+                      profile=settings.pipeline.profile, run_id=run_id)
+    try:
+        _run_phases(run, data, embedder)
+    except Exception as exc:  # noqa: BLE001 - any failure still gives a report
+        if isinstance(exc, StateError):
+            raise  # nowhere to write a report: the CLI says how to free the state folder
+        data.status, data.error = "error", f"{type(exc).__name__}: {exc}"
+        data.sources = dict(run.sources)
+    _finish_stats(run, models, before)
+    data.stats = run.stats.to_dict()
+    return _write_outputs(run, data, out_dir or settings.output.reports_dir)
+
+
+def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
+    """Each phase hands its work to the next; a failure becomes the report's status, never a loss."""
+    settings = run.settings.pipeline
+    with _phase(run, "plan"):
+        try:
+            plan = make_plan(run.models.planner, run.ctx, settings.min_nodes, settings.max_nodes)
+        except ModelOutputError as exc:
+            data.status, data.error = "plan_failed", f"planning failed: {exc.message}"
+            return
+        checked = check_plan(plan, min(settings.max_nodes, settings.hard_max_nodes),
+                             settings.min_queries, settings.max_queries)
+        nodes = topo_order(checked.nodes)
+        data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
+        run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes))
+        run.recorder.write_json("plan.json", {"raw": plan.model_dump(mode="json"), "effort": checked.effort,
+                                              "repairs": checked.repairs,
+                                              "nodes": [n.model_dump(mode="json") for n in nodes]})
+    with _phase(run, "gather"):
+        claims = gather(run, nodes, checked.effort)
+    with _phase(run, "dedup"):
+        pool = ClaimPool(run.settings, data.run_id, embedder)
+        pool.add(claims)
+    try:
+        # The one barrier: ranking needs the whole claim pool.
+        with _phase(run, "verify"):
+            ranked = rank_claims(list(pool.claims.values()))[: settings.verify_top]
+            verdicts = {v.claim_id: v for v in verify_claims(run, ranked)}
+        _gap_round(run, data, pool, verdicts, checked.effort)
+        data.claims = dict(pool.claims)
+        data.verdicts = verdicts
+        run.stats.add(claims_merged=pool.merged_count, claims_after_dedup=len(pool.claims))
+    finally:
+        pool.drop_table()
+    data.sources = dict(run.sources)
+    confirmed = [c for c in rank_claims(list(data.claims.values()))
+                 if c.id in verdicts and verdicts[c.id].confirmed]
+    if not confirmed:
+        data.status = _empty_status(run, verdicts)
+        data.error = "; ".join(run.stats.search_error_messages[:2])
+        return
+    with _phase(run, "synthesize"):
+        try:
+            data.synthesis = synthesize(run, confirmed)
+        except ModelOutputError as exc:
+            data.status, data.error = "synthesis_failed", f"synthesis failed: {exc.message}"
+
+
+def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dict[str, Verdict],
+               effort: int) -> None:
+    """One round, never more: new sub-questions from the gaps, gathered and verified like the rest."""
+    with _phase(run, "gaps"):
+        confirmed = [pool.claims[cid] for cid, v in verdicts.items() if v.confirmed]
+        new_nodes = gap_nodes(run, data.nodes, confirmed)
+        if not new_nodes:
+            return
+        run.stats.add(nodes=len(new_nodes), gap_nodes=len(new_nodes))
+        data.nodes = data.nodes + new_nodes
+        claims = gather(run, new_nodes, effort)
+        touched = pool.add(claims)
+        fresh = [pool.claims[cid] for cid in touched if cid not in verdicts]
+        budget = max(3, run.settings.pipeline.verify_top // 2)
+        for verdict in verify_claims(run, rank_claims(fresh)[:budget]):
+            verdicts[verdict.claim_id] = verdict
+
+
+def _empty_status(run: RunContext, verdicts: dict[str, Verdict]) -> str:
+    if verdicts:
+        return "inconclusive"
+    if run.stats.sources_fetched:
+        return "no_evidence"
+    return "no_sources"
+
+
+def _finish_stats(run: RunContext, models: Models, before: dict[str, float]) -> None:
+    after = models.totals()
+    for key in ACCOUNTING_FIELDS:
+        value = after[key] - before[key]
+        setattr(run.stats, key, round(value, 3) if key == "llm_seconds" else int(value))
+    run.stats.wall_seconds = round(time.monotonic() - run.started, 3)
+    if run.stats.wall_seconds > 0:
+        run.stats.llm_busy_share = round(run.stats.llm_seconds / run.stats.wall_seconds, 3)
+    engines = getattr(run.backend, "unresponsive_engines", None) or []
+    run.stats.unresponsive_engines = sorted({str(e) for e in engines})
+
+
+def _write_outputs(run: RunContext, data: ReportData, out_dir: str | Path) -> ResearchResult:
+    out = Path(out_dir)
+    markdown = render_markdown(data)
+    report = render_json(data)
+    md_path = out / f"{data.run_id}.md"
+    json_path = out / f"{data.run_id}.json"
+    # JSON first: a complete .md is the sign of a finished report (batch resume relies on it).
+    write_atomic(json_path, json.dumps(report, ensure_ascii=False, indent=2, default=str))
+    write_atomic(md_path, markdown)
+    run.recorder.write_json("stats.json", data.stats)
+    return ResearchResult(status=data.status, markdown_path=md_path, json_path=json_path,
+                          run_dir=run.recorder.folder, report=report)

@@ -1,0 +1,265 @@
+"""Rendering: the report as markdown (numbered citations into a de-duplicated source list)
+and as JSON with everything (plan, claims with quotes, votes, stats).
+
+Text that comes from models or pages is escaped so it cannot break out of the markdown
+around it: no stray links, headings, tables or code spans.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote as url_quote
+
+from .contracts import MergedClaim, NodeState, Source, Verdict
+from .pipeline.synthesize import CitedStatement, Synthesis
+
+STATUS_TEXT = {
+    "complete": "complete",
+    "inconclusive": "inconclusive: no claim survived verification",
+    "no_evidence": "no evidence: no source gave a claim with a quote found in its text",
+    "no_sources": "no sources: the searches found nothing that could be read",
+    "plan_failed": "failed: the question could not be planned",
+    "synthesis_failed": "partial: the report could not be written; verified claims are listed as they are",
+    "error": "failed part-way: an unexpected error stopped the run; what was finished is shown",
+}
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+
+
+def md_inline(text: str) -> str:
+    """One line of text made inert for markdown (escapes, no newlines, no leading list marks)."""
+    text = " ".join(str(text).split())
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return re.sub(r"^([-=>]|\d+[.)])", r"\\\1", text)
+
+
+def md_url(url: str) -> str:
+    """A URL that stays one autolink: no spaces, angle brackets or quotes survive unescaped."""
+    return "<" + url_quote(url.strip(), safe=":/?#[]@!$&'()*+,;=%-._~") + ">"
+
+
+@dataclass
+class ReportData:
+    """Everything a report shows; built by the orchestrator, rendered here."""
+
+    question: str
+    status: str
+    date: str
+    model: str
+    profile: str
+    run_id: str
+    synthesis: Synthesis | None = None
+    claims: dict[str, MergedClaim] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    nodes: list[NodeState] = field(default_factory=list)
+    sources: dict[str, Source] = field(default_factory=dict)
+    effort: int = 0
+    repairs: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+class Citations:
+    """Numbers sources in order of first citation; each keeps the quotes actually used."""
+
+    def __init__(self, data: ReportData):
+        self.data = data
+        self.numbers: dict[str, int] = {}
+        self.quotes: dict[str, list[str]] = {}
+
+    def cite(self, claim_id: str) -> list[int]:
+        claim = self.data.claims[claim_id]
+        numbers: list[int] = []
+        for ref in claim.quotes:
+            n = self.numbers.setdefault(ref.source_url, len(self.numbers) + 1)
+            used = self.quotes.setdefault(ref.source_url, [])
+            if ref.quote not in used:
+                used.append(ref.quote)
+            if n not in numbers:
+                numbers.append(n)
+        return sorted(numbers)
+
+    def marks(self, claim_ids: list[str]) -> tuple[str, list[int]]:
+        numbers = sorted({n for cid in claim_ids for n in self.cite(cid)})
+        return "".join(f"[{n}]" for n in numbers), numbers
+
+
+def _confirmed(data: ReportData) -> list[MergedClaim]:
+    return [data.claims[cid] for cid, v in data.verdicts.items() if v.confirmed]
+
+
+def _refuted(data: ReportData) -> list[MergedClaim]:
+    return [data.claims[cid] for cid, v in data.verdicts.items() if not v.confirmed]
+
+
+def render_markdown(data: ReportData) -> str:
+    cites = Citations(data)
+    out = [f"# Deep Dive: {md_inline(data.question)}", "",
+           f"*{data.date} · model {md_inline(data.model)} · profile {data.profile} · "
+           f"status: {STATUS_TEXT.get(data.status, data.status)}*", ""]
+    out += _answer_sections(data)
+    out += ["## Findings", ""] + _findings(data, cites)
+    out += ["## Open Questions", ""] + _open_questions(data)
+    out += ["## Sources", ""] + _sources(data, cites)
+    out += ["## Run statistics", ""] + _stats_table(data)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _answer_sections(data: ReportData) -> list[str]:
+    syn = data.synthesis
+    if syn is not None:
+        return ["## Answer", "", md_inline(syn.answer) or "_No answer was written._", "",
+                "## Executive Summary", "", md_inline(syn.executive_summary) or "_None._", ""]
+    explain = {
+        "inconclusive": "Inconclusive. Claims were found, but none survived adversarial "
+                        "verification; they are listed below with the reasons they were refuted.",
+        "no_evidence": "No answer: sources were read, but none gave a claim whose quote could be "
+                       "found in the source text.",
+        "no_sources": "No answer: the searches found no source that could be read.",
+        "plan_failed": "No answer: the research could not start because planning failed.",
+        "synthesis_failed": "The report text could not be written; the verified claims are "
+                            "listed below as they are, each with its sources.",
+    }.get(data.status, "No answer.")
+    summary = md_inline(data.error) if data.error else "See the run statistics below for what was tried."
+    return ["## Answer", "", explain, "", "## Executive Summary", "", summary, ""]
+
+
+def _findings(data: ReportData, cites: Citations) -> list[str]:
+    lines: list[str] = []
+    syn = data.synthesis
+    if syn is not None and syn.findings:
+        for theme, statements in syn.findings:
+            lines += [f"### {md_inline(theme)}", ""]
+            for st in statements:
+                marks, _ = cites.marks(st.claim_ids)
+                lines.append(f"- {md_inline(st.text)} {marks}")
+            lines.append("")
+        return lines
+    confirmed = _confirmed(data)
+    if confirmed:
+        lines += ["### Verified claims", ""]
+        for claim in confirmed:
+            marks, _ = cites.marks([claim.id])
+            lines.append(f"- {md_inline(claim.text)} {marks}")
+        lines.append("")
+    refuted = _refuted(data)
+    if data.status == "inconclusive" and refuted:
+        lines += ["### Refuted claims", ""]
+        for claim in refuted:
+            marks, _ = cites.marks([claim.id])
+            verdict = data.verdicts[claim.id]
+            reasons = "; ".join(md_inline(v.reason) for v in verdict.votes if v.reason)
+            lines.append(f"- {md_inline(claim.text)} {marks} (refutations {verdict.refutations}, "
+                         f"valid votes {verdict.valid_votes}: {reasons or 'no reasons'})")
+        lines.append("")
+    return lines or ["_No verified findings._", ""]
+
+
+def _open_questions(data: ReportData) -> list[str]:
+    questions = list(data.synthesis.open_questions) if data.synthesis else []
+    if not questions:
+        questions = [g for n in data.nodes for g in n.gaps][:5]
+    return [f"- {md_inline(q)}" for q in questions] + [""] if questions else ["_None recorded._", ""]
+
+
+def _sources(data: ReportData, cites: Citations) -> list[str]:
+    if not cites.numbers:
+        return ["_No source was cited._", ""]
+    lines: list[str] = []
+    for url, n in sorted(cites.numbers.items(), key=lambda kv: kv[1]):
+        src = data.sources.get(url)
+        title = md_inline(src.title if src and src.title else url)
+        quality = src.quality.value if src and src.quality else "unrated"
+        published = md_inline(src.published) if src and src.published else "date unknown"
+        lines.append(f"[{n}] {title} - {md_url(url)}  ")
+        lines.append(f"quality: {quality} · published: {published}")
+        lines.append("")
+        for quote in cites.quotes.get(url, []):
+            lines.append(f"> \"{md_inline(quote)}\"")
+            lines.append("")
+    return lines
+
+
+STAT_ROWS = [
+    ("nodes", "sub-questions researched"), ("gap_nodes", "of which from the gap round"),
+    ("nodes_failed", "sub-questions failed"), ("plan_repairs", "plan repairs"),
+    ("searches", "searches"), ("search_errors", "search errors"), ("hits", "search hits"),
+    ("url_duplicates", "URL duplicates"), ("budget_drops", "fetch budget drops"),
+    ("node_cap_drops", "hits over a node's source cap"),
+    ("sources_fetched", "sources read"), ("sources_failed", "sources failed"),
+    ("claims_extracted", "claims extracted"), ("quotes_rejected", "quotes rejected (not in source)"),
+    ("extraction_failures", "extractions failed"), ("claims_merged", "claims merged as duplicates"),
+    ("claims_after_dedup", "distinct claims"), ("verified", "claims verified"),
+    ("confirmed", "claims confirmed"), ("killed", "claims killed"),
+    ("votes_valid", "valid votes"), ("votes_invalid", "failed or abstaining votes"),
+    ("citations_dropped", "citations dropped (not verified)"),
+    ("statements_dropped", "statements dropped (no verified citation)"),
+    ("model_calls", "model calls"), ("cache_hits", "model calls replayed from cache"),
+    ("model_failures", "model outputs invalid after retries"),
+    ("tokens_submitted", "prompt tokens submitted"), ("tokens_evaluated", "prompt tokens evaluated"),
+    ("tokens_generated", "tokens generated"), ("llm_seconds", "model busy seconds"),
+    ("wall_seconds", "wall seconds"), ("llm_busy_share", "model busy share of wall time"),
+]
+
+
+def _stats_table(data: ReportData) -> list[str]:
+    stats = data.stats
+    lines = ["| stat | value |", "| --- | --- |"]
+    for key, label in STAT_ROWS:
+        if key in stats:
+            value = stats[key]
+            value = f"{value:.2f}" if isinstance(value, float) else str(value)
+            lines.append(f"| {label} | {value} |")
+    phases = stats.get("phase_seconds") or {}
+    if phases:
+        lines.append("| seconds per phase | " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + " |")
+    for message in stats.get("search_error_messages", [])[:5]:
+        lines.append(f"| search error | {md_inline(message)} |")
+    if stats.get("unresponsive_engines"):
+        lines.append("| unresponsive engines | " + md_inline(", ".join(stats["unresponsive_engines"])) + " |")
+    return lines + [""]
+
+
+def render_json(data: ReportData) -> dict[str, Any]:
+    """Everything: the report text with its citations, plan, claims, votes, sources, stats."""
+    cites = Citations(data)
+    findings = []
+    if data.synthesis:
+        for theme, statements in data.synthesis.findings:
+            findings.append({"theme": theme, "statements": [
+                {"text": st.text, "claim_ids": st.claim_ids, "citations": cites.marks(st.claim_ids)[1]}
+                for st in statements]})
+    else:
+        for claim in _confirmed(data):
+            cites.marks([claim.id])
+    if data.status == "inconclusive":
+        for claim in _refuted(data):
+            cites.marks([claim.id])
+    return {
+        "question": data.question, "status": data.status, "date": data.date, "model": data.model,
+        "profile": data.profile, "run_id": data.run_id, "error": data.error or None,
+        "answer": data.synthesis.answer if data.synthesis else "",
+        "executive_summary": data.synthesis.executive_summary if data.synthesis else "",
+        "findings": findings,
+        "open_questions": data.synthesis.open_questions if data.synthesis else [],
+        "sources": [_source_json(data, url, n, cites) for url, n in
+                    sorted(cites.numbers.items(), key=lambda kv: kv[1])],
+        "plan": {"effort": data.effort, "repairs": data.repairs,
+                 "nodes": [n.model_dump(mode="json") for n in data.nodes]},
+        "claims": [{**c.model_dump(mode="json"), "support": c.support,
+                    "verdict": data.verdicts[c.id].model_dump(mode="json") if c.id in data.verdicts else None}
+                   for c in data.claims.values()],
+        "stats": data.stats,
+    }
+
+
+def _source_json(data: ReportData, url: str, n: int, cites: Citations) -> dict[str, Any]:
+    src = data.sources.get(url)
+    return {"n": n, "url": url, "title": src.title if src else "",
+            "quality": src.quality.value if src and src.quality else None,
+            "published": src.published if src else None, "quotes": cites.quotes.get(url, [])}
+
+
+__all__ = ["ReportData", "render_markdown", "render_json", "md_inline", "md_url", "CitedStatement"]

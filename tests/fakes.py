@@ -1,0 +1,75 @@
+"""Scripted stand-ins for control-flow tests only. Features are also tested with the real
+model, LanceDB and sources elsewhere; these let a test force a vote, a failure or a plan."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from appliance.contracts import Hit, Source
+from appliance.errors import ModelOutputError
+
+
+@dataclass
+class FakeAccounting:
+    model_calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    prompt_evaluated: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+
+class FakeEngine:
+    """Answers each call with ``script[purpose](messages, seed)``: an instance, a dict, or an exception."""
+
+    def __init__(self, script: dict[str, Callable], name: str = "fake"):
+        self.script = script
+        self.name = name
+        self.accounting = FakeAccounting()
+        self.calls: list[tuple[str, int | None]] = []
+        self._lock = threading.Lock()
+
+    def structured(self, messages, schema, *, seed=None, max_tokens=None, temperature=None, purpose=""):
+        with self._lock:
+            self.calls.append((purpose, seed))
+            self.accounting.model_calls += 1
+            self.accounting.prompt_tokens += sum(len(m["content"]) // 4 for m in messages)
+        answer = self.script[purpose](messages, seed)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer if isinstance(answer, schema) else schema.model_validate(answer)
+
+
+def fail(purpose: str) -> ModelOutputError:
+    return ModelOutputError(f"{purpose}: no valid output after 3 attempts", attempts=["{", "{"], last_raw="{")
+
+
+class FakeBackend:
+    """Returns the given hits for every query (or per query via a dict)."""
+
+    name = "fake"
+
+    def __init__(self, hits: list[Hit] | dict[str, list[Hit]]):
+        self.hits = hits
+        self.queries: list[str] = []
+        self.unresponsive_engines: list[str] = []
+
+    def search(self, query: str, limit: int) -> list[Hit]:
+        self.queries.append(query)
+        hits = self.hits.get(query, []) if isinstance(self.hits, dict) else self.hits
+        return [h.model_copy() for h in hits[:limit]]
+
+
+class FakeFetcher:
+    def __init__(self, pages: dict[str, str]):
+        self.pages = pages
+
+    def fetch_many(self, urls: list[str]) -> list[Source]:
+        return [self.fetch(u) for u in urls]
+
+    def fetch(self, url: str) -> Source:
+        if url not in self.pages:
+            return Source(url=url, ok=False, error="not found")
+        return Source(url=url, title=url.rsplit("/", 1)[-1], text=self.pages[url])

@@ -17,7 +17,7 @@ BENCH ?= ../shared/bench/musique-dev
 Q ?=
 N ?= 10
 
-.PHONY: install venv deps models demo-corpus test test-fast run doctor bench-llm bench-sources bench-pipeline clean
+.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline clean batch eval
 
 install: deps models demo-corpus ## virtual environment, every dependency, the default models, the demo corpus
 	@$(BIN)/appliance doctor || true
@@ -60,3 +60,20 @@ bench-pipeline:
 
 clean:
 	rm -rf .build .pytest_cache
+
+# One report per question as real make targets: `make batch QUESTIONS=examples/questions.txt`,
+# `make -j2 batch ...` runs two at once; an interrupted make rebuilds only what is missing.
+QUESTIONS ?= examples/questions.txt
+BATCH_OUT ?= reports/batch
+BATCH_FLAGS ?= --profile quick
+APPLIANCE := $(abspath $(BIN))/appliance
+
+$(BATCH_OUT)/targets.mk: $(QUESTIONS)
+	@mkdir -p $(BATCH_OUT)
+	$(APPLIANCE) batch $(QUESTIONS) --out $(BATCH_OUT) $(BATCH_FLAGS) --emit-make > $@.tmp && mv $@.tmp $@
+
+batch: $(BATCH_OUT)/targets.mk
+	$(MAKE) -f $(BATCH_OUT)/targets.mk APPLIANCE=$(APPLIANCE) all
+
+eval:
+	$(BIN)/appliance eval $(BENCH) --limit $(N) --profile quick

@@ -241,3 +241,17 @@ def state_dir(settings: Settings, *parts: str, create: bool = True) -> Path:
             raise StateError(f"cannot create state folder {path}: {exc.strerror}",
                              hint="set APPLIANCE_HOME to a writable folder") from None
     return path
+
+
+@dataclass(frozen=True)
+class SettingsRecipe:
+    """How to build settings (config file, profile, flag overrides): picklable, so batch worker
+    processes and per-question profiles rebuild exactly the user's settings."""
+
+    config_file: str | None = None
+    profile: str | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    def build(self, profile: str | None = None) -> Settings:
+        return load_settings(self.config_file, profile=profile or self.profile,
+                             overrides=dict(self.overrides))

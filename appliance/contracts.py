@@ -205,3 +205,28 @@ class NodeState(_Rec):
     gaps: list[str] = []
     from_gap_round: bool = False
     error: Optional[str] = None
+
+
+# ---------------------------------------------------------------- per-run bounds
+
+_BOUNDED: dict[tuple, type[BaseModel]] = {}
+
+
+def bounded(schema: type[_Out], **limits: tuple[int, int]) -> type[_Out]:
+    """``schema`` with tighter list lengths, e.g. ``bounded(Plan, nodes=(2, 3))``.
+
+    The profile's limits then reach the grammar itself: a small model cannot spend tokens on
+    items that would be cut anyway. Classes are cached, so each grammar compiles once.
+    """
+    key = (schema, tuple(sorted(limits.items())))
+    if key not in _BOUNDED:
+        from pydantic import create_model
+
+        fields = {}
+        for name, (low, high) in limits.items():
+            field = schema.model_fields[name]
+            fields[name] = (field.annotation, Field(default_factory=list, min_length=low, max_length=high,
+                                                    description=field.description))
+        suffix = "_".join(f"{n}{lo}to{hi}" for n, (lo, hi) in sorted(limits.items()))
+        _BOUNDED[key] = create_model(f"{schema.__name__}_{suffix}", __base__=schema, **fields)
+    return _BOUNDED[key]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from appliance.contracts import Hit, Source
+from pydantic import ValidationError
+
 from appliance.errors import ModelOutputError
 
 
@@ -39,7 +41,13 @@ class FakeEngine:
         answer = self.script[purpose](messages, seed)
         if isinstance(answer, Exception):
             raise answer
-        return answer if isinstance(answer, schema) else schema.model_validate(answer)
+        if not isinstance(answer, dict):
+            answer = answer.model_dump(mode="json")
+        try:
+            # Validated against the exact (possibly bounded) schema, as the real engine does.
+            return schema.model_validate(answer)
+        except ValidationError as exc:
+            raise ModelOutputError(f"{purpose}: invalid output: {exc.errors()[0]['msg']}") from None
 
 
 def fail(purpose: str) -> ModelOutputError:

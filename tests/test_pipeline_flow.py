@@ -171,12 +171,31 @@ def test_cyclic_and_oversize_plan_is_repaired():
             assert position[dep] < position[node.id]
 
 
-def test_oversize_plan_in_a_run_is_cut(flow_settings, tmp_path):
+def test_cyclic_plan_in_a_run_is_repaired(flow_settings, tmp_path):
+    cyclic = Plan(effort=1, nodes=[PlanNode(id="q1", question="Who founded Alpha Corp?", depends_on=["q2"]),
+                                   PlanNode(id="q2", question="Where was the founder born?", depends_on=["q1"])])
+    engine = FakeEngine(script(plan=lambda m, s: cyclic))
+    result = run_fake(flow_settings, tmp_path, engine)
+    assert any("cycle" in r for r in result.report["plan"]["repairs"])
+    assert result.report["stats"]["plan_repairs"] >= 1
+    assert result.status == "complete"
+
+
+def test_plan_size_reaches_the_grammar(flow_settings, tmp_path):
+    """The profile's node limit is part of the schema the model is constrained by."""
     big = Plan(effort=1, nodes=[PlanNode(id=f"q{i}", question=f"Question {i}?") for i in range(1, 13)])
     engine = FakeEngine(script(plan=lambda m, s: big))
     result = run_fake(flow_settings, tmp_path, engine)
-    assert len([n for n in result.report["plan"]["nodes"] if not n["from_gap_round"]]) == flow_settings.pipeline.max_nodes
-    assert any("cut" in r for r in result.report["plan"]["repairs"])
+    assert result.status == "plan_failed"
+
+
+def test_plan_that_copies_the_example_is_repaired(flow_settings, tmp_path):
+    echo = Plan(effort=1, nodes=[PlanNode(id="q1", question="Who wrote Dune?"),
+                                 PlanNode(id="q2", question="Who founded Alpha Corp?")])
+    engine = FakeEngine(script(plan=lambda m, s: echo))
+    result = run_fake(flow_settings, tmp_path, engine)
+    assert [n["question"] for n in result.report["plan"]["nodes"] if not n["from_gap_round"]] == ["Who founded Alpha Corp?"]
+    assert any("example" in r for r in result.report["plan"]["repairs"])
 
 
 # ------------------------------------------------------------------ fail-soft paths
@@ -256,7 +275,7 @@ def test_gap_round_runs_once_and_never_recurses(flow_settings, tmp_path):
     settings = flow_settings.with_overrides({"pipeline.gap_questions": 2})
     engine = FakeEngine(script(
         findings=lambda m, s: NodeFindings(findings="f", gaps=["When did she die?"]),
-        gaps=lambda m, s: GapQuestions(questions=["When did Jane Roe die?", "Who succeeded Jane Roe?", "Third?"])))
+        gaps=lambda m, s: GapQuestions(questions=["When did Jane Roe die?", "Who succeeded Jane Roe?"])))
     result = run_fake(settings, tmp_path, engine)
     purposes = [p for p, _ in engine.calls]
     assert purposes.count("gaps") == 1

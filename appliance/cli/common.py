@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..config import Settings, load_settings
+from ..config import Settings, SettingsRecipe
 
 
 @dataclass
@@ -15,10 +15,14 @@ class AppContext:
     config_file: str | None = None
     _settings: dict = field(default_factory=dict)
 
+    def recipe(self, profile: str | None = None, **overrides: Any) -> SettingsRecipe:
+        """How to build settings with CLI overrides given as ``section__key=value`` (None: not given)."""
+        flat = tuple((k.replace("__", "."), v) for k, v in overrides.items() if v is not None)
+        return SettingsRecipe(self.config_file, profile, flat)
+
     def settings(self, profile: str | None = None, **overrides: Any) -> Settings:
         """Settings with CLI overrides given as ``section__key=value`` (None means not given)."""
-        flat = {k.replace("__", "."): v for k, v in overrides.items() if v is not None}
-        return load_settings(self.config_file, profile=profile, overrides=flat)
+        return self.recipe(profile, **overrides).build()
 
 
 def app(ctx: click.Context | None = None) -> AppContext:

@@ -6,7 +6,7 @@ not looked at again.
 
 from __future__ import annotations
 
-from ..contracts import GapQuestions, MergedClaim, NodeState
+from ..contracts import GapQuestions, MergedClaim, NodeState, bounded
 from ..errors import ModelOutputError
 from . import prompts
 from .state import RunContext
@@ -33,7 +33,7 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
     known = "\n".join(f"- {c.text}" for c in confirmed[:MAX_KNOWN])
     messages = prompts.gaps(run.ctx, "\n".join(f"- {g}" for g in gaps[:8]), known, limit)
     try:
-        out = run.models.planner.structured(messages, GapQuestions,
+        out = run.models.planner.structured(messages, bounded(GapQuestions, questions=(0, limit)),
                                             max_tokens=prompts.GAPS_TOKENS, purpose="gaps")
     except ModelOutputError:
         run.stats.add(model_failures=1)
@@ -42,6 +42,8 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
     new: list[NodeState] = []
     for question in out.questions:
         question = " ".join(question.split())[:300]
+        if prompts.echoes_example(question, run.ctx.question, known, *gaps):
+            continue
         if question and question.lower() not in asked and len(new) < limit:
             asked.add(question.lower())
             new.append(NodeState(id=f"g{len(new) + 1}", question=question, from_gap_round=True))

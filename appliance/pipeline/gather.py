@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..contracts import (Claim, Extraction, Hit, NodeFindings, NodeState, Reflection,
-                         SearchQueries, Source)
+                         SearchQueries, Source, bounded)
 from ..errors import ModelOutputError, SearchError
 from . import prompts
 from .quotes import find_quote
@@ -135,12 +135,13 @@ def _first_queries(run: RunContext, node: NodeState, parent_text: str, effort: i
         return [node.question]
     messages = prompts.queries(run.ctx, node.question, parent_text, effort)
     try:
-        out = run.models.extractor.structured(messages, SearchQueries,
+        out = run.models.extractor.structured(messages, bounded(SearchQueries, queries=(1, effort)),
                                               max_tokens=prompts.QUERIES_TOKENS, purpose="queries")
     except ModelOutputError:
         run.stats.add(model_failures=1)
         return [node.question]
-    queries = _clean_queries(out.queries)[:effort]
+    queries = [q for q in _clean_queries(out.queries)
+               if not prompts.echoes_example(q, node.question, parent_text)][:effort]
     return queries or [node.question]
 
 
@@ -208,7 +209,8 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     messages = prompts.extract(run.ctx, node.question, parent_text, source.title,
                                source.published, text, settings.claims_per_source)
     try:
-        extraction = run.models.extractor.structured(messages, Extraction,
+        schema = bounded(Extraction, claims=(0, settings.claims_per_source))
+        extraction = run.models.extractor.structured(messages, schema,
                                                      max_tokens=prompts.EXTRACT_TOKENS, purpose="extract")
     except ModelOutputError:
         run.stats.add(extraction_failures=1, model_failures=1)
@@ -242,14 +244,16 @@ def _claims_text(claims: list[Claim], limit: int = 12) -> str:
 def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int) -> list[str]:
     messages = prompts.reflect(run.ctx, node.question, _claims_text(claims), effort)
     try:
-        out = run.models.extractor.structured(messages, Reflection,
+        out = run.models.extractor.structured(messages, bounded(Reflection, queries=(0, effort)),
                                               max_tokens=prompts.REFLECT_TOKENS, purpose="reflect")
     except ModelOutputError:
         run.stats.add(model_failures=1)
         return []
-    node.gaps.extend(g for g in out.gaps if g.strip())
+    context = node.question + " " + _claims_text(claims)
+    node.gaps.extend(g for g in out.gaps if g.strip() and not prompts.echoes_example(g, context))
     done = {q.lower() for q in node.queries}
-    return [q for q in _clean_queries(out.queries) if q.lower() not in done][:effort]
+    return [q for q in _clean_queries(out.queries)
+            if q.lower() not in done and not prompts.echoes_example(q, context)][:effort]
 
 
 def _conclude(run: RunContext, node: NodeState, claims: list[Claim]) -> None:
@@ -262,8 +266,13 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim]) -> None:
     try:
         out = run.models.writer.structured(messages, NodeFindings,
                                            max_tokens=prompts.FINDINGS_TOKENS, purpose="findings")
-        node.findings = " ".join(out.findings.split())
-        node.gaps = _dedupe_text(node.gaps + out.gaps)
+        claims_text = _claims_text(claims)
+        findings = " ".join(out.findings.split())
+        if prompts.echoes_example(findings, node.question, claims_text):
+            findings = " ".join(c.text for c in claims[:5])
+        node.findings = findings
+        node.gaps = _dedupe_text(node.gaps + [g for g in out.gaps
+                                              if not prompts.echoes_example(g, node.question, claims_text)])
     except ModelOutputError:
         run.stats.add(model_failures=1)
         node.findings = " ".join(c.text for c in claims[:5])

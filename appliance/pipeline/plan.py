@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..contracts import NodeState, Plan
+from ..contracts import NodeState, Plan, bounded
 from . import prompts
 
 _ID_RE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -24,17 +24,19 @@ class CheckedPlan:
 def make_plan(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int) -> Plan:
     """Ask the planner model for a plan (raises ModelOutputError when it cannot give one)."""
     messages = prompts.plan(ctx, min_nodes, max_nodes)
-    return engine.structured(messages, Plan, max_tokens=prompts.PLAN_TOKENS, purpose="plan")
+    schema = bounded(Plan, nodes=(min(min_nodes, max_nodes), max_nodes))
+    return engine.structured(messages, schema, max_tokens=prompts.PLAN_TOKENS, purpose="plan")
 
 
-def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int) -> CheckedPlan:
+def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
+               question: str = "") -> CheckedPlan:
     """Validate and repair: unique ids, known dependencies, no cycles, at most max_nodes.
 
     Order of repairs: drop empty and repeated questions, make ids unique, cut extra nodes,
     drop edges to unknown or cut nodes and self-edges, then break cycles edge by edge.
     """
     repairs: list[str] = []
-    nodes = _clean_nodes(plan, repairs)
+    nodes = _clean_nodes(plan, repairs, question)
     if len(nodes) > max_nodes:
         cut = [n.id for n in nodes[max_nodes:]]
         repairs.append(f"cut {len(cut)} node(s) over the limit of {max_nodes}: {', '.join(cut)}")
@@ -59,14 +61,18 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int) -
     return CheckedPlan(nodes=nodes, effort=effort, repairs=repairs)
 
 
-def _clean_nodes(plan: Plan, repairs: list[str]) -> list[NodeState]:
+def _clean_nodes(plan: Plan, repairs: list[str], question: str) -> list[NodeState]:
     nodes: list[NodeState] = []
     seen_questions: set[str] = set()
     used_ids: set[str] = set()
+    main_question = question
     for index, raw in enumerate(plan.nodes, start=1):
         question = " ".join(raw.question.split())
         if not question:
             repairs.append(f"dropped node {raw.id!r}: empty question")
+            continue
+        if prompts.echoes_example(question, main_question):
+            repairs.append(f"dropped node {raw.id!r}: it copies the prompt's example")
             continue
         key = question.lower()
         if key in seen_questions:

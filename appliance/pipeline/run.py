@@ -119,8 +119,12 @@ def _phase(run: RunContext, name: str):
 
 def research(question: str, settings: Settings, *, models: Models, backend, fetcher, embedder,
              out_dir: str | Path | None = None, progress: Progress | None = None,
-             today: dt.date | None = None) -> ResearchResult:
-    """Research ``question`` and write its report; returns where everything went."""
+             today: dt.date | None = None, report_name: str | None = None) -> ResearchResult:
+    """Research ``question`` and write its report; returns where everything went.
+
+    The report is ``<out_dir>/<date>-<slug>.md`` and ``.json`` unless ``report_name`` (a safe
+    file stem, as batch uses) names it.
+    """
     from ..sources.urls import UrlLedger
 
     question = clean_question(question)
@@ -134,6 +138,9 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
                      ctx=prompts.Context(question=question, today=date),
                      progress=progress or Progress())
     before = models.totals()
+    # Every model call of this run goes to calls.jsonl as it happens.
+    removers = [engine.add_listener(lambda record: recorder.append("calls", record.as_dict()))
+                for engine in models.engines() if hasattr(engine, "add_listener")]
     data = ReportData(question=question, status="complete", date=date, model=models.label(),
                       profile=settings.pipeline.profile, run_id=run_id)
     try:
@@ -143,9 +150,12 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
             raise  # nowhere to write a report: the CLI says how to free the state folder
         data.status, data.error = "error", f"{type(exc).__name__}: {exc}"
         data.sources = dict(run.sources)
+    finally:
+        for remove in removers:
+            remove()
     _finish_stats(run, models, before)
     data.stats = run.stats.to_dict()
-    return _write_outputs(run, data, out_dir or settings.output.reports_dir)
+    return _write_outputs(run, data, Path(out_dir or settings.output.reports_dir), report_name or run_id)
 
 
 def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
@@ -153,12 +163,17 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
     settings = run.settings.pipeline
     with _phase(run, "plan"):
         try:
-            plan = make_plan(run.models.planner, run.ctx, settings.min_nodes, settings.max_nodes)
+            plan = make_plan(run.models.planner, run.ctx, settings.min_nodes,
+                             min(settings.max_nodes, settings.hard_max_nodes))
         except ModelOutputError as exc:
             data.status, data.error = "plan_failed", f"planning failed: {exc.message}"
             return
         checked = check_plan(plan, min(settings.max_nodes, settings.hard_max_nodes),
-                             settings.min_queries, settings.max_queries)
+                             settings.min_queries, settings.max_queries, run.ctx.question)
+        if not checked.nodes:
+            data.status, data.error = "plan_failed", "the plan had no usable sub-question"
+            data.repairs = checked.repairs
+            return
         nodes = topo_order(checked.nodes)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
         run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes))
@@ -233,15 +248,35 @@ def _finish_stats(run: RunContext, models: Models, before: dict[str, float]) -> 
     run.stats.unresponsive_engines = sorted({str(e) for e in engines})
 
 
-def _write_outputs(run: RunContext, data: ReportData, out_dir: str | Path) -> ResearchResult:
-    out = Path(out_dir)
+def _write_outputs(run: RunContext, data: ReportData, out: Path, stem: str) -> ResearchResult:
     markdown = render_markdown(data)
     report = render_json(data)
-    md_path = out / f"{data.run_id}.md"
-    json_path = out / f"{data.run_id}.json"
+    md_path = out / f"{stem}.md"
+    json_path = out / f"{stem}.json"
     # JSON first: a complete .md is the sign of a finished report (batch resume relies on it).
     write_atomic(json_path, json.dumps(report, ensure_ascii=False, indent=2, default=str))
     write_atomic(md_path, markdown)
     run.recorder.write_json("stats.json", data.stats)
     return ResearchResult(status=data.status, markdown_path=md_path, json_path=json_path,
                           run_dir=run.recorder.folder, report=report)
+
+
+def open_run_parts(settings: Settings):
+    """Load what a run needs (models, search backend, fetcher, embedder), checking every part
+    before any work starts: a missing corpus or model fails here in one line."""
+    from ..embed import get_embedder
+    from ..sources.base import make_backend
+    from ..sources.fetch import Fetcher
+    from ..sources.preflight import check_backend
+
+    backend = make_backend(settings)
+    check_backend(settings, backend)
+    models = load_models(settings)
+    return models, backend, Fetcher(settings), get_embedder(settings)
+
+
+def load_models(settings: Settings) -> Models:
+    """The engines for every role, each manifest model loaded once (checked before any work)."""
+    from ..llm.engine import ModelPool
+
+    return Models.from_pool(ModelPool(settings))

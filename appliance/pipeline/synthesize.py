@@ -41,11 +41,18 @@ def synthesize(run: RunContext, confirmed: list[MergedClaim]) -> Synthesis:
     messages = prompts.synthesize(run.ctx, claims_listing(confirmed))
     draft = run.models.writer.structured(messages, ReportDraft, max_tokens=prompts.REPORT_TOKENS,
                                          purpose="synthesize")
-    return check_citations(run, draft, short_ids(confirmed))
+    return check_citations(run, draft, short_ids(confirmed), claims_listing(confirmed))
 
 
-def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str]) -> Synthesis:
-    """Keep statements that cite verified claims; count what is dropped."""
+def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str],
+                    claims_text: str = "") -> Synthesis:
+    """Keep statements that cite verified claims; count what is dropped.
+
+    Text that echoes the prompt's worked example instead of the claims is dropped too.
+    """
+    def echo(text: str) -> bool:
+        return prompts.echoes_example(text, run.ctx.question, claims_text)
+
     findings: list[tuple[str, list[CitedStatement]]] = []
     for finding in draft.findings:
         kept: list[CitedStatement] = []
@@ -58,13 +65,16 @@ def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str]) ->
                 else:
                     run.stats.add(citations_dropped=1)
             text = " ".join(statement.text.split())
-            if cited and text:
+            if cited and text and not echo(text):
                 kept.append(CitedStatement(text=text, claim_ids=cited))
             else:
                 run.stats.add(statements_dropped=1)
         if kept:
             findings.append((" ".join(finding.theme.split()) or "Findings", kept))
-    return Synthesis(answer=" ".join(draft.answer.split()),
-                     executive_summary=" ".join(draft.executive_summary.split()),
+    answer = " ".join(draft.answer.split())
+    summary = " ".join(draft.executive_summary.split())
+    return Synthesis(answer="" if echo(answer) else answer,
+                     executive_summary="" if echo(summary) else summary,
                      findings=findings,
-                     open_questions=[q for q in (" ".join(x.split()) for x in draft.open_questions) if q])
+                     open_questions=[q for q in (" ".join(x.split()) for x in draft.open_questions)
+                                     if q and not echo(q)])

@@ -1,0 +1,98 @@
+"""`appliance batch`: one report per question, resumable, from a shell or a Makefile."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from .research import research_options, run_recipe
+
+
+def _summary_table(results) -> str:
+    lines = [f"{'id':<28} {'outcome':<8} {'status':<16} detail"]
+    for r in results:
+        detail = r.reason if r.outcome == "failed" else r.report
+        lines.append(f"{r.id[:28]:<28} {r.outcome:<8} {r.status[:16]:<16} {detail}")
+    done = sum(r.outcome == "done" for r in results)
+    skipped = sum(r.outcome == "skipped" for r in results)
+    failed = sum(r.outcome == "failed" for r in results)
+    lines.append(f"{done} done, {skipped} skipped (already done), {failed} failed")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("questions_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="reports/batch", show_default=True,
+              help="Folder for the reports (<id>.md and .json) and batch.json.")
+@click.option("--jobs", type=click.IntRange(min=1, max=16), default=1, show_default=True,
+              help="Questions answered at once, each in its own process with its own model (CPU threads are split).")
+@click.option("--force", is_flag=True, default=False, help="Redo questions whose report already exists.")
+@click.option("--only", "only_ids", multiple=True, help="Answer only the question with this id (repeatable).")
+@click.option("--emit-make", is_flag=True, default=False,
+              help="Print a makefile with one target per report instead of running (used by `make batch`).")
+@research_options
+def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, profile, backend, corpus_name,
+          searxng_url, model_name, no_cache):
+    """Answer every question in QUESTIONS_FILE, one report each.
+
+    QUESTIONS_FILE is text (one question a line; blank lines and # comments skipped) or JSONL
+    ({"id"?, "question", "profile"?} per line). Reports are named by the given id or a hash of
+    the question. Rerunning skips finished reports and resumes unfinished ones from the caches.
+    Exits non-zero if any question failed, after finishing the others.
+    """
+    from ..batch import make_fragment, read_questions, run_batch, write_summary
+    from ..errors import UsageError
+
+    items = read_questions(questions_file)
+    recipe = run_recipe(profile, backend, corpus_name, searxng_url, model_name, no_cache)
+    recipe.build()  # a bad option or config fails here, before any work
+    if emit_make:
+        flags = _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache)
+        click.echo(make_fragment(items, questions_file, out_dir, flags), nl=False)
+        return
+    if only_ids:
+        known = {i.id for i in items}
+        missing = [i for i in only_ids if i not in known]
+        if missing:
+            raise UsageError(f"no question with id {missing[0]!r} in {questions_file}",
+                             hint="ids are listed in batch.json or by --emit-make")
+        items = [i for i in items if i.id in set(only_ids)]
+    out = Path(out_dir)
+    start = time.monotonic()
+
+    finished = []
+
+    def show(result):
+        finished.append(result)
+        click.echo(f"{result.outcome}: {result.id} {result.status} {result.reason}".rstrip(), err=True)
+
+    try:
+        results = run_batch(items, recipe, out, jobs=jobs, force=force, on_result=show)
+    except KeyboardInterrupt:
+        if not only_ids:
+            write_summary(finished, out, time.monotonic() - start, interrupted=True)
+        raise
+    if not only_ids:
+        path = write_summary(results, out, time.monotonic() - start)
+        click.echo(_summary_table(results))
+        click.echo(f"summary: {path}", err=True)
+    if any(r.outcome == "failed" for r in results):
+        raise SystemExit(1)
+
+
+def _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache) -> str:
+    import shlex
+
+    parts = []
+    for flag, value in (("--profile", profile), ("--backend", backend), ("--corpus", corpus_name),
+                        ("--searxng-url", searxng_url), ("--model", model_name)):
+        if value:
+            parts += [flag, shlex.quote(value)]
+    if no_cache:
+        parts.append("--no-cache")
+    return " ".join(parts)
+
+
+COMMANDS = [batch]

@@ -1,0 +1,63 @@
+"""`appliance eval`: scores on a question set with its own corpus, modes side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .common import app
+from .research import run_settings
+
+
+@click.command(name="eval")
+@click.argument("dataset_dir", type=click.Path(file_okay=False))
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
+@click.option("--mode", "modes", multiple=True, type=click.Choice(["pipeline", "rag", "closed-book"]),
+              help="Mode to run (repeat for several; default: all three).")
+@click.option("--profile", type=click.Choice(["quick", "standard", "deep"]), default=None,
+              help="Profile of the pipeline mode.")
+@click.option("--model", "model_name", default=None, help="Manifest model to use for every role.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default: reports/eval-<dataset>-<profile>).")
+@click.option("--force", is_flag=True, default=False, help="Redo questions already answered in the output folder.")
+@click.option("--no-cache", is_flag=True, default=False, help="Bypass the model-call cache.")
+def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache):
+    """Answer DATASET_DIR's questions in each mode and score them.
+
+    DATASET_DIR holds corpus.jsonl and questions.jsonl (see ../shared/bench/musique-dev).
+    The corpus is indexed once into its own local corpus. Writes eval.md (the table, also
+    printed), results.jsonl (one line per question and mode) and eval.png (a bar chart).
+    Rerunning resumes: answered questions are kept, model calls replay from the cache.
+    """
+    from ..evaluation.output import render_chart, render_table
+    from ..evaluation.runner import MODES, EvalRun, aggregate, corpus_name_for, load_dataset
+    from ..pipeline.run import open_run_parts
+    from ..sources.corpus import Corpus
+
+    dataset = load_dataset(dataset_dir, limit)
+    corpus = corpus_name_for(dataset)
+    settings = run_settings(profile, "corpus", corpus, None, model_name, no_cache)
+    click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
+    Corpus(settings, corpus).add([dataset.corpus_path])
+    modes = list(modes) or list(MODES)
+    out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}")
+    out.mkdir(parents=True, exist_ok=True)
+    models, backend, fetcher, embedder = open_run_parts(settings)
+    with fetcher:
+        runner = EvalRun(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
+                         backend=backend, force=force, log=lambda s: click.echo(s, err=True))
+        rows = runner.run(modes)
+    table = aggregate(rows, modes)
+    title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {models.label()}, "
+             f"profile {settings.pipeline.profile}")
+    markdown = render_table(table, title)
+    (out / "eval.md").write_text(markdown, encoding="utf-8")
+    (out / "eval.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
+    render_chart(table, out / "eval.png", title)
+    click.echo(markdown)
+    click.echo(f"wrote {out / 'eval.md'}, {out / 'results.jsonl'}, {out / 'eval.png'}", err=True)
+
+
+COMMANDS = [evaluate]

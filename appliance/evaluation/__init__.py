@@ -1,0 +1,1 @@
+"""`appliance eval`: answer quality and citation faithfulness on a question set with its corpus."""

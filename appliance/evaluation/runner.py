@@ -1,0 +1,219 @@
+"""Run a question set in each mode and score it.
+
+Modes: ``pipeline`` (the full research pipeline; its short answer and cited sources),
+``rag`` (one retrieval of the top passages and one model call: the baseline) and
+``closed-book`` (the model alone). Results are appended per question as JSON lines, so an
+interrupted eval resumes where it stopped; model calls replay from the call cache.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import Settings
+from ..contracts import ShortAnswer
+from ..errors import ModelOutputError, UsageError
+from ..pipeline import prompts
+from ..pipeline.quotes import _normalise
+from . import scoring
+
+MODES = ("pipeline", "rag", "closed-book")
+RAG_PASSAGES = 5
+RAG_PASSAGE_CHARS = 700
+PIPELINE_STATS = ("nodes", "sources_fetched", "claims_extracted", "quotes_rejected", "claims_merged",
+                  "claims_after_dedup", "verified", "confirmed", "killed", "llm_busy_share", "wall_seconds")
+
+
+@dataclass
+class Dataset:
+    name: str
+    corpus_path: Path
+    questions: list[dict]
+
+
+def load_dataset(folder: str | Path, limit: int | None = None) -> Dataset:
+    """Read ``questions.jsonl`` (and locate ``corpus.jsonl``) in a dataset folder."""
+    folder = Path(folder)
+    corpus, questions = folder / "corpus.jsonl", folder / "questions.jsonl"
+    for path in (corpus, questions):
+        if not path.is_file():
+            raise UsageError(f"{path} is missing",
+                             hint="a dataset folder holds corpus.jsonl and questions.jsonl")
+    rows: list[dict] = []
+    for number, line in enumerate(questions.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            row["question"] = str(row["question"])
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{questions}:{number} is not a question record",
+                             hint='each line must be JSON with at least {"question": ...}') from None
+        row.setdefault("id", hashlib.sha256(row["question"].encode()).hexdigest()[:12])
+        rows.append(row)
+    if limit is not None:
+        rows = rows[:limit]
+    return Dataset(name=folder.resolve().name, corpus_path=corpus, questions=rows)
+
+
+def corpus_name_for(dataset: Dataset) -> str:
+    """The dataset's own local corpus, named by its content so a changed corpus is re-indexed."""
+    digest = hashlib.sha256(dataset.corpus_path.read_bytes()).hexdigest()[:8]
+    safe = "".join(c if c.isalnum() else "-" for c in dataset.name.lower()).strip("-") or "dataset"
+    return f"eval-{safe}-{digest}"
+
+
+def passage_id(url: str) -> str:
+    """``corpus://NAME/ID`` (or ``ID#chunk``) -> ``ID``; other URLs are returned unchanged."""
+    if url.startswith("corpus://"):
+        tail = url.split("/", 3)[-1]
+        return tail.split("#", 1)[0]
+    return url
+
+
+def quote_faithfulness(report: dict, fetch_text: Callable[[str], str]) -> tuple[int, int]:
+    """(quotes found verbatim after normalisation in their cited source, quotes in all)."""
+    found = total = 0
+    for source in report.get("sources", []):
+        text = _normalise(fetch_text(source["url"]))[0]
+        for quote in source.get("quotes", []):
+            total += 1
+            found += int(bool(quote.strip()) and _normalise(quote)[0] in text)
+    return found, total
+
+
+class EvalRun:
+    """Answers a dataset's questions in the requested modes and keeps per-question results."""
+
+    def __init__(self, settings: Settings, dataset: Dataset, out_dir: Path, *, models, fetcher,
+                 embedder, backend, force: bool = False, log: Callable[[str], None] = lambda s: None):
+        self.settings = settings
+        self.dataset = dataset
+        self.out_dir = out_dir
+        self.models = models
+        self.fetcher = fetcher
+        self.embedder = embedder
+        self.backend = backend
+        self.log = log
+        self.results_path = out_dir / "results.jsonl"
+        self.done = {} if force else self._load_done()
+        if force and self.results_path.exists():
+            self.results_path.unlink()
+
+    def _key(self, qid: str, mode: str) -> str:
+        return f"{qid}\0{mode}\0{self.settings.pipeline.profile}\0{self.models.label()}"
+
+    def _load_done(self) -> dict[str, dict]:
+        done: dict[str, dict] = {}
+        if self.results_path.exists():
+            for line in self.results_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                    done[self._key(row["id"], row["mode"])] = row
+                except (ValueError, KeyError):
+                    continue  # a line cut by a kill is simply redone
+        return done
+
+    def run(self, modes: list[str]) -> list[dict]:
+        rows: list[dict] = []
+        for number, item in enumerate(self.dataset.questions, start=1):
+            for mode in modes:
+                key = self._key(item["id"], mode)
+                if key in self.done:
+                    rows.append(self.done[key])
+                    continue
+                self.log(f"[{number}/{len(self.dataset.questions)}] {mode}: {item['question'][:70]}")
+                row = self._one(item, mode)
+                with self.results_path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                self.done[key] = row
+                rows.append(row)
+        return rows
+
+    def _one(self, item: dict, mode: str) -> dict:
+        before = self.models.totals()
+        start = time.monotonic()
+        answer, cited, faithful, status, run_stats = "", [], (0, 0), "ok", {}
+        try:
+            if mode == "pipeline":
+                answer, cited, faithful, status, run_stats = self._pipeline(item)
+            elif mode == "rag":
+                answer, cited = self._rag(item)
+            else:
+                answer = self._closed_book(item)
+        except ModelOutputError as exc:
+            status = f"failed: {exc.message}"
+        seconds = time.monotonic() - start
+        after = self.models.totals()
+        golds = [item.get("answer", "")] + list(item.get("aliases") or [])
+        supporting = list(item.get("supporting_ids") or [])
+        return {
+            "id": item["id"], "mode": mode, "profile": self.settings.pipeline.profile,
+            "model": self.models.label(), "question": item["question"], "gold": item.get("answer", ""),
+            "prediction": answer, "status": status,
+            "em": scoring.exact_match(answer, golds), "f1": scoring.token_f1(answer, golds),
+            "contains": scoring.contains_answer(answer, golds),
+            "cited": cited,
+            "sp_recall": scoring.passage_recall(cited, supporting) if mode != "closed-book" else None,
+            "sp_precision": scoring.passage_precision(cited, supporting) if mode != "closed-book" else None,
+            "quotes_found": faithful[0], "quotes_total": faithful[1],
+            "faithfulness": (faithful[0] / faithful[1]) if faithful[1] else None,
+            "seconds": round(seconds, 3),
+            **{k: int(after[k] - before[k]) for k in
+               ("model_calls", "cache_hits", "tokens_submitted", "tokens_evaluated", "tokens_generated")},
+            "llm_seconds": round(after["llm_seconds"] - before["llm_seconds"], 3),
+            "run_stats": {k: run_stats.get(k) for k in PIPELINE_STATS if k in run_stats},
+        }
+
+    def _pipeline(self, item: dict) -> tuple[str, list[str], tuple[int, int], str, dict]:
+        from ..pipeline.run import research
+
+        result = research(item["question"], self.settings, models=self.models, backend=self.backend,
+                          fetcher=self.fetcher, embedder=self.embedder, out_dir=self.out_dir / "reports")
+        report = result.report
+        cited = [passage_id(s["url"]) for s in report.get("sources", [])]
+        faithful = quote_faithfulness(report, lambda url: self.fetcher.fetch(url).text)
+        return report.get("answer", ""), cited, faithful, result.status, report.get("stats", {})
+
+    def _rag(self, item: dict) -> tuple[str, list[str]]:
+        hits = self.backend.search(item["question"], RAG_PASSAGES)
+        sources = self.fetcher.fetch_many([h.url for h in hits])
+        passages = "\n\n".join(f"[{i}] {s.title}: {s.text[:RAG_PASSAGE_CHARS]}"
+                               for i, s in enumerate(sources, start=1) if s.ok)
+        messages = prompts.short_answer(item["question"], passages, _today())
+        out = self.models.writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS,
+                                            purpose="rag-answer")
+        return out.answer, [passage_id(h.url) for h in hits]
+
+    def _closed_book(self, item: dict) -> str:
+        messages = prompts.short_answer(item["question"], None, _today())
+        out = self.models.writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS,
+                                            purpose="closed-book-answer")
+        return out.answer
+
+
+def _today() -> str:
+    return dt.date.today().isoformat()
+
+
+METRICS = [("em", "exact match"), ("f1", "token F1"), ("contains", "answer contained"),
+           ("sp_recall", "supporting-passage recall"), ("sp_precision", "supporting-passage precision"),
+           ("faithfulness", "citation faithfulness"), ("seconds", "seconds per question"),
+           ("model_calls", "model calls per question"), ("tokens_submitted", "prompt tokens submitted"),
+           ("tokens_evaluated", "prompt tokens evaluated"), ("tokens_generated", "tokens generated")]
+
+
+def aggregate(rows: list[dict], modes: list[str]) -> dict[str, dict[str, Any]]:
+    """Per mode and metric: mean, 95% bootstrap interval and count."""
+    table: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        mine = [r for r in rows if r["mode"] == mode]
+        table[mode] = {key: scoring.summarize([r.get(key) for r in mine]) for key, _ in METRICS}
+        table[mode]["questions"] = len(mine)
+    return table

@@ -15,6 +15,7 @@ from appliance.errors import ModelOutputError
 
 @dataclass
 class FakeAccounting:
+    calls: int = 0
     model_calls: int = 0
     cache_hits: int = 0
     prompt_tokens: int = 0
@@ -36,6 +37,7 @@ class FakeEngine:
     def structured(self, messages, schema, *, seed=None, max_tokens=None, temperature=None, purpose=""):
         with self._lock:
             self.calls.append((purpose, seed))
+            self.accounting.calls += 1
             self.accounting.model_calls += 1
             self.accounting.prompt_tokens += sum(len(m["content"]) // 4 for m in messages)
         answer = self.script[purpose](messages, seed)

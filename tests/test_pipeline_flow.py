@@ -119,6 +119,13 @@ def test_empty_reason_is_an_abstention(flow_settings, tmp_path):
     assert result.report["stats"]["confirmed"] == 0
 
 
+def test_a_vote_that_copies_the_example_is_an_abstention(flow_settings, tmp_path):
+    engine = FakeEngine(script(votes=lambda m, s: {"refuted": False, "reason": "The quote names Frank Herbert as the author."}))
+    result = run_fake(flow_settings, tmp_path, engine)
+    assert result.report["stats"]["confirmed"] == 0
+    assert result.report["stats"]["votes_valid"] == 0
+
+
 def test_votes_use_distinct_seeds_back_to_back(flow_settings, tmp_path):
     engine = FakeEngine(script())
     run_fake(flow_settings, tmp_path, engine)

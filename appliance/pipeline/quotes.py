@@ -18,20 +18,32 @@ _FOLD = str.maketrans({
 MIN_QUOTE_CHARS = 12
 
 
+# Characters around which spacing is not significant: "self - actualizing" and
+# "self-actualizing" are the same words, as are "( text )" and "(text)".
+_TIGHT = set("-'\"(),.;:!?/")
+
+
 def _normalise(text: str) -> tuple[str, list[int]]:
-    """Folded text plus, for each of its characters, the index of its source character."""
+    """Folded text plus, for each of its characters, the index of its source character.
+
+    Folds case, typographic quotes and dashes, TeX-style quotes (`` and ''), runs of white
+    space, and white space next to punctuation.
+    """
+    text = text.replace("``", "\"\u200b").replace("''", "\"\u200b")
     out: list[str] = []
     where: list[int] = []
     pending_space = False
     for i, ch in enumerate(text):
+        if ch == "\u200b":
+            continue  # the second character of a folded `` or ''
         ch = ch.translate(_FOLD).lower()
         if ch.isspace():
             pending_space = bool(out)
             continue
-        if pending_space:
+        if pending_space and ch not in _TIGHT and out[-1] not in _TIGHT:
             out.append(" ")
             where.append(i - 1)
-            pending_space = False
+        pending_space = False
         out.append(ch)
         where.append(i)
     return "".join(out), where

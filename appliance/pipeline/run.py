@@ -31,7 +31,7 @@ from .verify import verify_claims
 
 MAX_QUESTION_CHARS = 2000
 ROLES = ("planner", "extractor", "verifier", "writer")
-ACCOUNTING_FIELDS = {"model_calls": "model_calls", "cache_hits": "cache_hits",
+ACCOUNTING_FIELDS = {"calls": "calls", "model_calls": "model_calls", "cache_hits": "cache_hits",
                      "tokens_submitted": "prompt_tokens", "tokens_evaluated": "prompt_evaluated",
                      "tokens_generated": "generated_tokens", "llm_seconds": "seconds"}
 

@@ -44,7 +44,7 @@ def verify_claims(run: RunContext, claims: list[MergedClaim]) -> list[Verdict]:
         votes: list[VoteRecord] = []
         for index in range(settings.votes):
             seed = vote_seed(run.settings.llm.seed, claim.text, index)
-            votes.append(_one_vote(run, claim.id, messages, seed))
+            votes.append(_one_vote(run, claim, messages, seed))
         verdict = tally(claim.id, votes, settings.min_valid_votes, settings.refutations_to_kill)
         for vote in votes:
             run.recorder.append("votes", vote)
@@ -54,7 +54,8 @@ def verify_claims(run: RunContext, claims: list[MergedClaim]) -> list[Verdict]:
     return verdicts
 
 
-def _one_vote(run: RunContext, claim_id: str, messages: list[dict], seed: int) -> VoteRecord:
+def _one_vote(run: RunContext, claim: MergedClaim, messages: list[dict], seed: int) -> VoteRecord:
+    claim_id = claim.id
     try:
         out = run.models.verifier.structured(messages, Vote, seed=seed,
                                              max_tokens=prompts.VOTE_TOKENS, purpose="vote")
@@ -65,4 +66,8 @@ def _one_vote(run: RunContext, claim_id: str, messages: list[dict], seed: int) -
     if not reason:
         return VoteRecord(claim_id=claim_id, seed=seed, valid=False, refuted=out.refuted,
                           reason="abstained: no reason given")
+    if prompts.echoes_example(reason, claim.text, evidence_text(claim)):
+        # A reason copied from the prompt's example says nothing about this claim.
+        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, refuted=out.refuted,
+                          reason=f"abstained: reason copies the prompt's example ({reason[:80]})")
     return VoteRecord(claim_id=claim_id, seed=seed, valid=True, refuted=out.refuted, reason=reason)

@@ -1,0 +1,118 @@
+"""End to end with the real SmolLM2 model, real LanceDB, real trafilatura: the CLI writes a
+report whose every citation resolves, whose every quote is in its source, and whose stats add up.
+Once on the local musique-dev corpus, once through a real SearXNG on loopback."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from appliance.cli import main
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "Who was the first president of the association which published Journal of Psychotherapy Integration?"
+HEADINGS = ["# Deep Dive:", "## Answer", "## Executive Summary", "## Findings", "## Open Questions",
+            "## Sources", "## Run statistics"]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def check_report(md_path: Path, home: Path, votes_per_claim: int = 3) -> dict:
+    """Everything a report promises, checked against the run folder's own records."""
+    md = md_path.read_text(encoding="utf-8")
+    report = json.loads(md_path.with_suffix(".json").read_text(encoding="utf-8"))
+    positions = [md.find(h) for h in HEADINGS]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), positions
+
+    # Every [n] in the text resolves to an entry "[n] Title - <URL>" of the source list.
+    body, sources_part = md.split("## Sources", 1)
+    listed = {int(n) for n in re.findall(r"^\[(\d+)\] .+ - <.+>", sources_part, flags=re.M)}
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", body)}
+    assert cited <= listed
+    assert listed == {s["n"] for s in report["sources"]}
+
+    # Every quote occurs verbatim in the text extracted from its source.
+    run_dir = home / "runs" / report["run_id"]
+    texts = {s["url"]: s["text"] for s in read_jsonl(run_dir / "sources.jsonl")}
+    for source in report["sources"]:
+        assert source["quotes"], source
+        for quote in source["quotes"]:
+            assert quote in texts[source["url"]], (quote, source["url"])
+    for claim in report["claims"]:
+        for ref in claim["quotes"]:
+            assert ref["quote"] in texts[ref["source_url"]]
+
+    # The stats add up against what the run folder recorded.
+    stats = report["stats"]
+    claim_log = read_jsonl(run_dir / "claims.jsonl")
+    accepted = sum(1 for c in claim_log if c["accepted"])
+    assert stats["claims_extracted"] == len(claim_log) == accepted + stats["quotes_rejected"]
+    assert stats["claims_after_dedup"] + stats["claims_merged"] == accepted == len(
+        [m for c in report["claims"] for m in c["members"]])
+    assert stats["verified"] == stats["confirmed"] + stats["killed"]
+    assert stats["votes_valid"] + stats["votes_invalid"] == stats["verified"] * votes_per_claim
+    assert stats["sources_fetched"] + stats["sources_failed"] == len(read_jsonl(run_dir / "sources.jsonl"))
+    calls = read_jsonl(run_dir / "calls.jsonl")
+    assert stats["model_calls"] + stats["cache_hits"] >= len(calls) > 0
+    assert stats["cache_hits"] == sum(1 for c in calls if c["cache_hit"])
+    assert stats["tokens_evaluated"] <= stats["tokens_submitted"]
+    assert 0 < stats["llm_busy_share"] <= 1.0
+    confirmed = {c["id"] for c in report["claims"] if c["verdict"] and c["verdict"]["confirmed"]}
+    for finding in report["findings"]:
+        for statement in finding["statements"]:
+            assert statement["claim_ids"] and set(statement["claim_ids"]) <= confirmed
+    return report
+
+
+def test_research_on_the_local_corpus(musique_corpus, tmp_path, monkeypatch):
+    settings, corpus = musique_corpus
+    monkeypatch.setenv("APPLIANCE_HOME", str(settings.home))
+    out = tmp_path / "reports"
+    result = CliRunner().invoke(main, ["research", QUESTION, "--profile", "quick", "--corpus", corpus,
+                                       "--backend", "corpus", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    md_path = Path(result.stdout.strip().splitlines()[-1])
+    assert md_path.parent == out and md_path.name.endswith(".md")
+    report = check_report(md_path, settings.home)
+    assert report["stats"]["sources_fetched"] > 0 and report["stats"]["claims_extracted"] > 0
+    assert all(s["url"].startswith(f"corpus://{corpus}/") for s in report["sources"])
+
+
+def test_research_through_searxng(searxng, fixture_site, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("APPLIANCE_HOME", str(home))
+    monkeypatch.setenv("APPLIANCE_FETCH_ALLOW_HOSTS", "127.0.0.1")
+    out = tmp_path / "reports"
+    result = CliRunner().invoke(main, ["research", "How do honeybees tell each other where flowers are?",
+                                       "--profile", "quick", "--searxng-url", searxng.url, "--out", str(out),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    md_path = out / (Path(report["run_id"]).name + ".md")
+    check_report(md_path, home)
+    run_dir = home / "runs" / report["run_id"]
+    fetched = [s for s in read_jsonl(run_dir / "sources.jsonl") if s["ok"]]
+    assert fetched and all(s["url"].startswith(fixture_site.url) for s in fetched)
+    assert any("waggle" in s["text"] for s in fetched), "pages found through SearXNG were fetched and extracted"
+
+
+def test_research_with_a_missing_corpus_fails_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(main, ["research", QUESTION, "--backend", "corpus", "--corpus", "nothing-here"])
+    assert result.exit_code != 0
+    assert "corpus add" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("question", ["", "   ", "x" * 5000])
+def test_research_rejects_unusable_questions(question, tmp_path, monkeypatch):
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(main, ["research", question])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,146 @@
+"""`appliance search` and `appliance corpus ...`: the search backends from the shell."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .common import app
+
+BACKEND = click.Choice(["auto", "searxng", "corpus"])
+# Skipped files are listed on stderr up to this many; the rest are counted.
+_SHOW_SKIPPED = 20
+
+
+def _echo_json(data) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.command()
+@click.argument("query")
+@click.option("--backend", type=BACKEND, default=None,
+              help="auto (SearXNG if a URL is configured, else the local corpus), searxng or corpus.")
+@click.option("--corpus", "corpus_name", default=None, metavar="NAME",
+              help="Local corpus to search (default: search.corpus, 'default').")
+@click.option("--searxng-url", default=None, metavar="URL",
+              help="Base URL of your SearXNG instance (overrides searxng.url and APPLIANCE_SEARXNG_URL).")
+@click.option("--limit", type=click.IntRange(1, 100), default=None,
+              help="Hits to show (default: search.results_per_query).")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the hits as JSON.")
+def search(query, backend, corpus_name, searxng_url, limit, as_json):
+    """Search QUERY with the configured backend and print the hits.
+
+    Useful to check a SearXNG instance or a corpus before a research run. Engines that
+    SearXNG reports as unresponsive are listed on stderr.
+    """
+    from ..sources.base import make_backend
+
+    settings = app().settings(search__backend=backend, search__corpus=corpus_name, searxng__url=searxng_url)
+    chosen = make_backend(settings)
+    hits = chosen.search(query, limit or settings.search.results_per_query)
+    unresponsive = dict(chosen.unresponsive_engines)
+    if as_json:
+        _echo_json({"query": query, "backend": chosen.name, "hits": [h.model_dump() for h in hits],
+                    "unresponsive_engines": unresponsive})
+    else:
+        _print_hits(hits, chosen.name)
+    for engine, reason in sorted(unresponsive.items()):
+        _log(f"warning: SearXNG engine {engine} did not respond ({reason or 'no reason given'})")
+
+
+def _print_hits(hits, backend_name: str) -> None:
+    if not hits:
+        _log(f"no hits from {backend_name}")
+        return
+    for hit in hits:
+        click.echo(f"{hit.rank:>3}. {hit.title or '(no title)'}")
+        click.echo(f"     {hit.url}")
+        snippet = hit.snippet if len(hit.snippet) <= 200 else hit.snippet[:197] + "..."
+        if snippet:
+            click.echo(f"     {snippet}")
+        click.echo(f"     [{hit.engine or backend_name}]")
+
+
+@click.group()
+def corpus():
+    """Manage local corpora: the search backend when no SearXNG is configured.
+
+    Documents are chunked, embedded with the packaged MiniLM model and stored in LanceDB
+    under the state folder, with a full-text index; search fuses both (hybrid).
+    """
+
+
+@corpus.command("add")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--name", default="default", show_default=True, help="Corpus to add to (created if new).")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the report as JSON.")
+def corpus_add(paths, name, as_json):
+    """Add files and folders (.html/.htm, .md, .txt, .jsonl) to a corpus.
+
+    Folders are read recursively. JSON-lines records are {id?, title, text, url?}; a record's
+    id becomes its passage URL corpus://NAME/ID. Unchanged documents are skipped, changed
+    ones replaced, so adding the same folder again is cheap.
+    """
+    from ..sources.corpus import Corpus
+
+    settings = app().settings()
+    report = Corpus(settings, name).add(list(paths), progress=_log)
+    for line in report.skipped[:_SHOW_SKIPPED]:
+        _log(f"skipped: {line}")
+    if len(report.skipped) > _SHOW_SKIPPED:
+        _log(f"skipped: ... and {len(report.skipped) - _SHOW_SKIPPED} more")
+    if as_json:
+        _echo_json(report.as_dict())
+        return
+    click.echo(f"corpus {name}: {report.files} files, {report.documents} documents "
+               f"({report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
+               f"{len(report.skipped)} skipped), {report.chunks_added} chunks indexed in {report.seconds:.1f} s")
+
+
+@corpus.command("list")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the names as JSON.")
+def corpus_list(as_json):
+    """List the corpora in the state folder."""
+    from ..sources.corpus import list_corpora
+
+    names = list_corpora(app().settings())
+    if as_json:
+        _echo_json(names)
+    elif not names:
+        _log("no corpora yet: add one with `appliance corpus add PATH`")
+    else:
+        for name in names:
+            click.echo(name)
+
+
+@corpus.command("stats")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the figures as JSON.")
+def corpus_stats_cmd(name, as_json):
+    """Documents, chunks, embedding model and index state of corpus NAME."""
+    from ..sources.corpus import corpus_stats
+
+    stats = corpus_stats(app().settings(), name)
+    if as_json:
+        _echo_json(stats.as_dict())
+        return
+    for key, value in stats.as_dict().items():
+        click.echo(f"{key}: {value}")
+
+
+@corpus.command("remove")
+@click.argument("name")
+def corpus_remove(name):
+    """Delete corpus NAME and its index (its source files are not touched)."""
+    from ..sources.corpus import remove_corpus
+
+    remove_corpus(app().settings(), name)
+    click.echo(f"removed corpus {name}")
+
+
+COMMANDS = [search, corpus]

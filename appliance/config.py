@@ -199,10 +199,10 @@ def load_settings(config_file: str | Path | None = None, profile: str | None = N
         sources.append(str(path))
 
     env_layer = _env_layer(data, env)
-    chosen = profile or (overrides or {}).get("pipeline.profile") or env_layer.get("pipeline", {}).get("profile") \
-        or (user_layer.get("pipeline") or {}).get("profile") or data["pipeline"]["profile"]
+    chosen, origin = _chosen_profile(profile, overrides, env_layer, user_layer, path, data)
     if chosen not in PROFILES:
-        raise ConfigError(f"unknown profile {chosen!r}", hint=f"use one of {', '.join(PROFILES)}")
+        raise ConfigError(f"unknown profile {chosen!r} in 'pipeline.profile' from {origin}",
+                          hint=f"use one of {', '.join(PROFILES)}")
     _merge_layer(data, profiles.get(chosen, {}), f"profile {chosen}")
     data["pipeline"]["profile"] = chosen
     if path is not None:
@@ -221,13 +221,40 @@ def load_settings(config_file: str | Path | None = None, profile: str | None = N
     return settings
 
 
+def _chosen_profile(profile, overrides, env_layer, user_layer, path, data) -> tuple[Any, str]:
+    """The profile the layers ask for, with where it came from (for the error message)."""
+    if profile:
+        return profile, "the command line"
+    if (overrides or {}).get("pipeline.profile"):
+        return overrides["pipeline.profile"], "the command line"
+    if "profile" in env_layer.get("pipeline", {}):
+        value, var = env_layer["pipeline"]["profile"]
+        return value, f"environment variable {var}"
+    if (user_layer.get("pipeline") or {}).get("profile"):
+        return user_layer["pipeline"]["profile"], str(path)
+    return data["pipeline"]["profile"], "packaged defaults"
+
+
+# Variables with the APPLIANCE_ prefix that are not APPLIANCE_<SECTION>_<KEY> settings.
+_ENV_NOT_SETTINGS = frozenset({"APPLIANCE_HOME", "APPLIANCE_CONFIG"})
+
+
 def _env_layer(data: dict, env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
     found: dict[str, dict[str, tuple[str, str]]] = {}
+    known: set[str] = set(_ENV_NOT_SETTINGS)
     for section, values in data.items():
         for key in values:
             var = f"APPLIANCE_{section}_{key}".upper()
+            known.add(var)
             if var in env:
                 found.setdefault(section, {})[key] = (env[var], var)
+    # A misspelt variable would otherwise be ignored without a word, as an unknown key in a
+    # file is not.
+    unknown = sorted(var for var in env if var.startswith("APPLIANCE_") and var not in known)
+    if unknown:
+        raise ConfigError(f"unknown setting in environment variable {unknown[0]}",
+                          hint="settings are APPLIANCE_<SECTION>_<KEY> for a key of the defaults file, "
+                               "e.g. APPLIANCE_FETCH_BUDGET; unset it or fix its name")
     return found
 
 

@@ -138,6 +138,8 @@ class Source(_Rec):
     content_type: str = ""
     ok: bool = True
     error: Optional[str] = None
+    # The page was longer than fetch.max_bytes and only its beginning was read.
+    truncated: bool = False
     from_cache: bool = False
     quality: Optional[SourceQuality] = None
 

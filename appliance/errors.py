@@ -78,3 +78,9 @@ class StateError(ApplianceError):
     """The state folder (APPLIANCE_HOME) cannot be written: read-only, full, or not a folder."""
 
     exit_code = 6
+
+
+class ContextOverflowError(ApplianceError):
+    """A prompt cannot fit the model's context window, even after trimming its variable text."""
+
+    exit_code = 4

@@ -25,19 +25,34 @@ STATUS_TEXT = {
     "error": "failed part-way: an unexpected error stopped the run; what was finished is shown",
 }
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~&])")
+# Control characters (a page's terminal escape sequences would act on `cat report.md`) and the
+# bidirectional overrides that make text display in another order than it reads.
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Schemes that become links; any other "URL" is shown as text.
+_LINK_SCHEMES = ("http://", "https://", "corpus://")
 
 
 def md_inline(text: str) -> str:
     """One line of text made inert for markdown (escapes, no newlines, no leading list marks)."""
-    text = " ".join(str(text).split())
+    text = " ".join(_INVISIBLE.sub(" ", str(text)).split())
     text = _MD_SPECIAL.sub(r"\\\1", text)
-    return re.sub(r"^([-=>]|\d+[.)])", r"\\\1", text)
+    # A line may not start a list, a setext underline or a quote: escape the marker itself
+    # ("1\." - a backslash before the digit would not be an escape and would show).
+    text = re.sub(r"^(\d+)([.)])", r"\1\\\2", text)
+    return re.sub(r"^([-=>])", r"\\\1", text)
 
 
 def md_url(url: str) -> str:
-    """A URL that stays one autolink: no spaces, angle brackets or quotes survive unescaped."""
-    return "<" + url_quote(url.strip(), safe=":/?#[]@!$&'()*+,;=%-._~") + ">"
+    """A URL that stays one autolink: no spaces, angle brackets or quotes survive unescaped.
+
+    Only http(s) and corpus URLs become links; anything else (no scheme, javascript:...) is
+    shown as escaped text, since ``<word>`` would otherwise be raw HTML.
+    """
+    quoted = url_quote(_INVISIBLE.sub("", url.strip()), safe=":/?#[]@!$&'()*+,;=%-._~")
+    if not quoted.lower().startswith(_LINK_SCHEMES):
+        return md_inline(url)
+    return "<" + quoted + ">"
 
 
 @dataclass

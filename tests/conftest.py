@@ -109,48 +109,71 @@ def corpus_home(musique_corpus, tmp_path):
 # ========================================================================= end pipeline
 
 # ============================================================================ network guard
-# The suite talks to nothing but loopback: any other connection from the test process fails
-# at once with NetworkBlocked (tests/test_no_network.py checks the guard itself).
+# The suite talks to nothing but loopback: any other connection, and any DNS lookup of a name
+# other than localhost, fails at once with NetworkBlocked (socket.gaierror for lookups), in
+# the test process and in every Python child process (SearXNG, `python -m appliance` runs,
+# batch workers), which load tests/netguard/sitecustomize.py through PYTHONPATH.
+# tests/test_no_network.py checks the guard itself.
 
-import ipaddress  # noqa: E402
-import socket  # noqa: E402
+import os  # noqa: E402
 
+from netguard import loopback_guard  # noqa: E402
 
-class NetworkBlocked(ConnectionRefusedError):
-    """A test tried to connect beyond loopback."""
-
-
-def _is_loopback(address) -> bool:
-    if not isinstance(address, tuple) or not address:
-        return True  # AF_UNIX paths and the like never leave the machine
-    host = address[0]
-    if host in ("localhost",):
-        return True
-    try:
-        ip = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+NetworkBlocked = loopback_guard.NetworkBlocked
+NETGUARD_DIR = Path(__file__).resolve().parent / "netguard"
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _loopback_only():
-    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
-
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
-            raise NetworkBlocked(f"test network guard: connection to {address!r} refused (loopback only)")
-        return real_connect(self, address)
-
-    def connect_ex(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
-            raise NetworkBlocked(f"test network guard: connection to {address!r} refused (loopback only)")
-        return real_connect_ex(self, address)
-
-    socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
+    uninstall = loopback_guard.install()
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(NETGUARD_DIR)] + ([old_path] if old_path else []))
     yield
-    socket.socket.connect, socket.socket.connect_ex = real_connect, real_connect_ex
+    if old_path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old_path
+    uninstall()
 
 # ========================================================================= end network guard
+
+# ============================================================================ llm (issue 2)
+# The real default model for engine and `appliance models` tests. `make install` fetches it,
+# so a missing file fails the tests loudly instead of skipping them.
+#   MODEL_MANIFEST, MODEL_FILE   the committed manifest and the default GGUF
+#   llm_settings(home, **ovr)    settings for model tests: APPLIANCE_HOME=home, the repo's manifest
+#   llm_pool                     a session ModelPool on the real model (n_ctx 2048, call cache on)
+#   llm_engine                   that pool's engine (the default model serves every role)
+
+MODEL_MANIFEST = REPO / "models" / "models.toml"
+MODEL_FILE = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def require_model_file() -> Path:
+    if not MODEL_FILE.is_file():
+        pytest.fail(f"{MODEL_FILE} is missing: run `make models` (or `make install`)", pytrace=False)
+    return MODEL_FILE
+
+
+def llm_settings(home: Path, **overrides):
+    """Settings for model tests: packaged defaults, APPLIANCE_HOME=home, the repo's manifest."""
+    values = {"models.manifest": str(MODEL_MANIFEST), "llm.n_ctx": 2048}
+    values.update(overrides)
+    return make_settings(home, **values)
+
+
+@pytest.fixture(scope="session")
+def llm_pool(tmp_path_factory):
+    from appliance.llm import ModelPool
+
+    require_model_file()
+    pool = ModelPool(llm_settings(tmp_path_factory.mktemp("llm-home")))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def llm_engine(llm_pool):
+    return llm_pool.for_role("extractor")
+
+# ========================================================================= end llm (issue 2)

@@ -205,6 +205,17 @@ def test_plan_that_copies_the_example_is_repaired(flow_settings, tmp_path):
     assert any("example" in r for r in result.report["plan"]["repairs"])
 
 
+def test_plan_with_no_usable_node_researches_the_question_itself(flow_settings, tmp_path):
+    echo = Plan(effort=1, nodes=[PlanNode(id="q1", question="Who wrote Dune?"),
+                                 PlanNode(id="q2", question="Who wrote Dune?")])
+    engine = FakeEngine(script(plan=lambda m, s: echo))
+    result = run_fake(flow_settings, tmp_path, engine)
+    nodes = [n for n in result.report["plan"]["nodes"] if not n["from_gap_round"]]
+    assert [n["question"] for n in nodes] == ["Where was the founder of Alpha Corp born?"]
+    assert any("researching the question itself" in r for r in result.report["plan"]["repairs"])
+    assert result.status == "complete"
+
+
 # ------------------------------------------------------------------ fail-soft paths
 
 def test_complete_report_cites_only_verified_claims(flow_settings, tmp_path):

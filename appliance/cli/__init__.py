@@ -3,6 +3,7 @@ this module holds the group, the shared options and the error boundary."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -41,18 +42,9 @@ def main(ctx: click.Context, config_file: str | None) -> None:
 
 
 def _register() -> None:
-    from . import models as models_cmds
-    from . import doctor as doctor_cmds
-
-    main.add_command(models_cmds.models)
-    main.add_command(doctor_cmds.doctor)
-    for name in ("sources", "research", "batch", "eval"):
-        try:
-            module = __import__(f"{__name__}.{name}", fromlist=["COMMANDS"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            continue
+    """Add each subject's commands: a module lists them in COMMANDS."""
+    for name in ("models", "doctor", "sources", "research", "batch", "evaluate"):
+        module = importlib.import_module(f"{__name__}.{name}")
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..contracts import (Claim, Extraction, Hit, NodeFindings, NodeState, Reflection,
                          SearchQueries, Source, bounded)
-from ..errors import ModelOutputError, SearchError
+from ..errors import ModelOutputError, SearchError, StateError
 from . import prompts
 from .quotes import find_quote
 from .state import RunContext
@@ -51,48 +51,70 @@ class Turnstile:
             self._done.update(k for k in self._order if k[0] == node_id)
             self._cond.notify_all()
 
+    def release_all(self) -> None:
+        """Open the gate for everyone: the run is stopping and no key will come in order."""
+        with self._cond:
+            self._done.update(self._order)
+            self._cond.notify_all()
+
 
 def gather(run: RunContext, nodes: list[NodeState], effort: int) -> list[Claim]:
     """Research every node (parents first, pipelined) and return all accepted claims in a fixed order."""
     iterations = max(1, run.settings.pipeline.iterations)
     turnstile = Turnstile([(n.id, it) for n in nodes for it in range(iterations)])
-    by_id = {n.id: n for n in nodes}
     claims: dict[str, list[Claim]] = {n.id: [] for n in nodes}
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_NODES, max(1, len(nodes))),
+                            thread_name_prefix="node") as pool:
+        try:
+            _drive(run, nodes, effort, iterations, turnstile, pool, claims)
+        except BaseException:
+            # The run is stopping (a full state folder, Ctrl-C): running nodes may wait at the
+            # turnstile for nodes that will now never start. Open it so the pool can wind down.
+            turnstile.release_all()
+            raise
+    return [c for n in nodes for c in claims[n.id]]
+
+
+def _drive(run: RunContext, nodes: list[NodeState], effort: int, iterations: int,
+           turnstile: Turnstile, pool: ThreadPoolExecutor, claims: dict[str, list[Claim]]) -> None:
+    """Start each node when its parents are done; collect its claims as it finishes."""
+    by_id = {n.id: n for n in nodes}
     finished: set[str] = set()
     running: dict = {}
 
     def ready(node: NodeState) -> bool:
         return node.status == "pending" and all(p in finished for p in node.depends_on)
 
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_NODES, max(1, len(nodes))),
-                            thread_name_prefix="node") as pool:
-        while len(finished) < len(nodes):
-            for node in nodes:
-                if ready(node) and node.id not in running.values():
-                    node.status = "running"
-                    run.progress.on_node(node.id, node.question, "in progress")
-                    parents = [by_id[p] for p in node.depends_on]
-                    future = pool.submit(_gather_node, run, node, parents, effort, iterations, turnstile)
-                    running[future] = node.id
-            if not running:
-                break  # nothing can start: cannot happen with a checked plan, but never hang
-            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-            for future in done:
-                node_id = running.pop(future)
-                node = by_id[node_id]
-                try:
-                    claims[node_id] = future.result()
-                    node.status = "done"
-                except Exception as exc:  # a bug in one node must not discard the others' work
-                    node.status = "failed"
-                    node.error = f"{type(exc).__name__}: {exc}"
-                    run.stats.add(nodes_failed=1)
-                finally:
-                    turnstile.release_node(node_id)
-                finished.add(node_id)
-                run.recorder.append("nodes", node)
-                run.progress.on_node(node_id, node.question, node.status)
-    return [c for n in nodes for c in claims[n.id]]
+    while len(finished) < len(nodes):
+        for node in nodes:
+            if ready(node) and node.id not in running.values():
+                node.status = "running"
+                run.progress.on_node(node.id, node.question, "in progress")
+                parents = [by_id[p] for p in node.depends_on]
+                future = pool.submit(_gather_node, run, node, parents, effort, iterations, turnstile)
+                running[future] = node.id
+        if not running:
+            break  # nothing can start: cannot happen with a checked plan, but never hang
+        done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+        for future in done:
+            node_id = running.pop(future)
+            node = by_id[node_id]
+            try:
+                claims[node_id] = future.result()
+                node.status = "done"
+            except StateError:
+                # A full or read-only state folder fails every node alike: stop the run with
+                # the one clear message instead of recording each node as failed.
+                raise
+            except Exception as exc:  # a bug in one node must not discard the others' work
+                node.status = "failed"
+                node.error = f"{type(exc).__name__}: {exc}"
+                run.stats.add(nodes_failed=1)
+            finally:
+                turnstile.release_node(node_id)
+            finished.add(node_id)
+            run.recorder.append("nodes", node)
+            run.progress.on_node(node_id, node.question, node.status)
 
 
 def _parent_findings(parents: list[NodeState]) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, state_dir
-from ..contracts import MergedClaim, Verdict
+from ..contracts import MergedClaim, NodeState, Verdict
 from ..errors import ModelOutputError, StateError, UsageError
 from ..report import ReportData, render_json, render_markdown
 from . import prompts
@@ -171,9 +171,10 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         checked = check_plan(plan, min(settings.max_nodes, settings.hard_max_nodes),
                              settings.min_queries, settings.max_queries, run.ctx.question)
         if not checked.nodes:
-            data.status, data.error = "plan_failed", "the plan had no usable sub-question"
-            data.repairs = checked.repairs
-            return
+            # Nothing of the plan was usable (a small model may only echo its example): the
+            # question itself becomes the one sub-question rather than the run ending here.
+            checked.nodes = [NodeState(id="q1", question=run.ctx.question)]
+            checked.repairs.append("no usable sub-question in the plan: researching the question itself")
         nodes = topo_order(checked.nodes)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
         run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes))
@@ -261,6 +262,21 @@ def _write_outputs(run: RunContext, data: ReportData, out: Path, stem: str) -> R
                           run_dir=run.recorder.folder, report=report)
 
 
+def check_run_parts(settings: Settings) -> None:
+    """The checks of ``open_run_parts`` without loading a model: the search backend answers,
+    and every role's model file exists, is GGUF and has its manifest hash."""
+    from ..llm.manifest import HashCache, check_model_file, load_manifest_for, resolve_model
+    from ..sources.base import make_backend
+    from ..sources.preflight import check_backend
+
+    check_backend(settings, make_backend(settings))
+    manifest = load_manifest_for(settings)
+    hashes = HashCache.for_settings(settings)
+    for entry in {resolve_model(settings, role, manifest).name: resolve_model(settings, role, manifest)
+                  for role in ROLES}.values():
+        check_model_file(manifest, entry, hashes=hashes)
+
+
 def open_run_parts(settings: Settings):
     """Load what a run needs (models, search backend, fetcher, embedder), checking every part
     before any work starts: a missing corpus or model fails here in one line."""
@@ -272,7 +288,43 @@ def open_run_parts(settings: Settings):
     backend = make_backend(settings)
     check_backend(settings, backend)
     models = load_models(settings)
+    check_context(models)
     return models, backend, Fetcher(settings), get_embedder(settings)
+
+
+def _fixed_prompts(role: str) -> list[tuple[str, list[dict], int]]:
+    """The prompts a role sends with their variable text empty, and their output budgets."""
+    ctx = prompts.Context(question="", today="2000-01-01")
+    return {
+        "planner": [("plan", prompts.plan(ctx, 1, 1), prompts.PLAN_TOKENS),
+                    ("gaps", prompts.gaps(ctx, "", "", 1), prompts.GAPS_TOKENS)],
+        "extractor": [("queries", prompts.queries(ctx, "", "", 1), prompts.QUERIES_TOKENS),
+                      ("extract", prompts.extract(ctx, "", "", "", None, "", 1), prompts.EXTRACT_TOKENS),
+                      ("reflect", prompts.reflect(ctx, "", "", 1), prompts.REFLECT_TOKENS)],
+        "verifier": [("vote", prompts.vote(ctx, "", ""), prompts.VOTE_TOKENS)],
+        "writer": [("findings", prompts.findings(ctx, "", ""), prompts.FINDINGS_TOKENS),
+                   ("synthesize", prompts.synthesize(ctx, ""), prompts.REPORT_TOKENS)],
+    }[role]
+
+
+def check_context(models: Models) -> None:
+    """Fail before any work when a model's context cannot hold a prompt's fixed part plus its
+    output budget: the engine trims variable text (sources, claim lists) to fit, but a
+    context too small for the rest would only fail part-way through the run."""
+    from ..errors import ContextOverflowError
+
+    for engine in models.engines():
+        if not hasattr(engine, "count_prompt"):
+            continue  # a scripted stand-in in tests
+        roles = [role for role in ROLES if getattr(models, role) is engine]
+        # The largest need, so that the hint names a context that holds every prompt.
+        need, kind, budget = max((engine.count_prompt(messages) + budget, kind, budget)
+                                 for role in roles for kind, messages, budget in _fixed_prompts(role))
+        if need > engine.n_ctx:
+            raise ContextOverflowError(
+                f"model '{engine.name}' has a context of {engine.n_ctx} tokens; its {kind} prompt "
+                f"needs at least {need} (fixed text plus {budget} output tokens)",
+                hint=f"raise llm.n_ctx to {need} or more, up to the model's own context")
 
 
 def load_models(settings: Settings) -> Models:

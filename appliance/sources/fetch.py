@@ -13,6 +13,7 @@ import socket
 import tempfile
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +37,53 @@ _PDF_TYPES = ("application/pdf",)
 _REDIRECTS = (301, 302, 303, 307, 308)
 # Connection attempts per hop when a host has several addresses.
 _MAX_ADDRESSES = 3
+# Compressed bytes handed to the decompressor at a time (see _Decoder).
+_RAW_CHUNK = 16384
 
 
 @dataclass
 class _Body:
     content: bytes
     content_type: str
+    truncated: bool = False
+
+
+class _Decoder:
+    """Undoes a Content-Encoding with a limit on what each step may produce.
+
+    httpx would inflate each network read whole: 64 KB of a "zip bomb" become 64 MB and more
+    before the byte cap is looked at. Here no step yields more than the room left under
+    fetch.max_bytes, so a compressed body costs no more memory than a plain one.
+    """
+
+    SUPPORTED = ("gzip", "x-gzip", "deflate")
+
+    def __init__(self, content_encoding: str):
+        codings = [c.strip().lower() for c in content_encoding.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        if len(codings) > 1 or (codings and codings[0] not in self.SUPPORTED):
+            raise FetchError(f"content encoding {content_encoding!r} is not supported "
+                             f"(only {', '.join(self.SUPPORTED)} are asked for)")
+        self.coding = codings[0] if codings else ""
+        # gzip: wbits 47 detects the gzip or zlib header; deflate: zlib-wrapped as the standard
+        # says, with raw deflate (what some servers send) tried when that fails at once.
+        self._inflater = zlib.decompressobj(47 if self.coding != "deflate" else 15) if self.coding else None
+        self._started = False
+
+    def feed(self, raw: bytes, room: int) -> bytes:
+        """Decoded bytes of ``raw``, at most ``room`` of them (the caller stops at the cap)."""
+        if self._inflater is None:
+            return raw
+        try:
+            out = self._inflater.decompress(raw, max(1, room))
+        except zlib.error:
+            if self.coding == "deflate" and not self._started:
+                self._inflater = zlib.decompressobj(-15)
+                self._started = True
+                return self.feed(raw, room)
+            raise FetchError(f"the page's {self.coding} data is corrupt") from None
+        self._started = True
+        return out
 
 
 class PageCache:
@@ -111,7 +153,9 @@ class Fetcher:
         self._client = httpx.Client(
             trust_env=False, follow_redirects=False,
             headers={"User-Agent": conf.user_agent,
-                     "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"},
+                     "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1",
+                     # Only what _Decoder can undo under the byte cap.
+                     "Accept-Encoding": "gzip, deflate"},
             limits=httpx.Limits(max_connections=self.workers * 2, max_keepalive_connections=0))
         self._all_slots = threading.BoundedSemaphore(self.workers)
         self._host_slots: dict[str, threading.BoundedSemaphore] = {}
@@ -182,7 +226,7 @@ class Fetcher:
         if not text.strip():
             raise FetchError("no readable text in the page")
         return Source(url=url, norm_url=norm, title=title, text=text, published=published,
-                      content_type=body.content_type, ok=True)
+                      content_type=body.content_type, ok=True, truncated=body.truncated)
 
     def _download(self, url: str) -> _Body:
         """Follow redirects by hand so every hop passes the egress check; one total deadline."""
@@ -249,7 +293,8 @@ class Fetcher:
             raise FetchError(f"HTTP {response.status_code} {response.reason_phrase} from {host}")
         content_type = response.headers.get("content-type", "")
         self._check_type(content_type)
-        return _Body(self._read_capped(response, deadline, host), content_type)
+        content, truncated = self._read_capped(response, deadline, host)
+        return _Body(content, content_type, truncated)
 
     def _check_type(self, content_type: str) -> None:
         kind = content_type.split(";", 1)[0].strip().lower()
@@ -261,16 +306,23 @@ class Fetcher:
             raise FetchError("content type application/pdf is not fetched (set fetch.allow_pdf = true to allow it)")
         raise FetchError(f"content type {kind} is not HTML or text")
 
-    def _read_capped(self, response: httpx.Response, deadline: float, host: str) -> bytes:
-        """Read at most max_bytes; past the deadline the watchdog has cut the socket."""
+    def _read_capped(self, response: httpx.Response, deadline: float, host: str) -> tuple[bytes, bool]:
+        """Read at most max_bytes of the decoded body, and whether more was cut off; past the
+        deadline the watchdog has cut the socket."""
+        decoder = _Decoder(response.headers.get("content-encoding", ""))
         chunks: list[bytes] = []
         size = 0
+        truncated = False
         try:
-            for chunk in response.iter_bytes(chunk_size=65536):
+            for raw in response.iter_raw(chunk_size=_RAW_CHUNK):
+                chunk = decoder.feed(raw, self.max_bytes - size)
                 chunks.append(chunk)
                 size += len(chunk)
                 if size >= self.max_bytes:
-                    break  # keep what fits: a truncated page still has text worth reading
+                    # Keep what fits: a truncated page still has text worth reading. The
+                    # record says so, so a reader of the run knows the page was longer.
+                    truncated = True
+                    break
                 if time.monotonic() >= deadline:
                     raise FetchError(f"{host} took longer than fetch.total_timeout = {self.total_timeout} s")
         except FetchError:
@@ -281,7 +333,7 @@ class Fetcher:
             if isinstance(exc, httpx.ReadTimeout):
                 raise FetchError(f"{host} stopped sending for {self.read_timeout:g} s (fetch.read_timeout)") from None
             raise FetchError(f"reading from {host} failed: {_reason(exc)}") from None
-        return b"".join(chunks)[: self.max_bytes]
+        return b"".join(chunks)[: self.max_bytes], truncated
 
     def _extract(self, body: _Body, url: str) -> tuple[str, str, Optional[str]]:
         kind = body.content_type.split(";", 1)[0].strip().lower()

@@ -122,8 +122,7 @@ def ping(url: str, timeout: float = 5.0) -> None:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        kind = response.headers.get("content-type", "unknown type").split(";")[0]
-        raise SearchError(f"{base} does not answer like SearXNG (got {kind} instead of JSON)",
+        raise SearchError(f"{base} does not answer like SearXNG (got {_answer_kind(response)} instead of a JSON object)",
                           hint="is this URL a SearXNG instance? use its base URL")
 
 
@@ -150,10 +149,16 @@ def _get_json(client: httpx.Client, endpoint: str, params: dict, timeout: float,
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        kind = response.headers.get("content-type", "unknown type").split(";")[0]
-        raise SearchError(f"SearXNG at {base} did not answer JSON (got {kind})",
+        raise SearchError(f"SearXNG at {base} did not answer JSON (got {_answer_kind(response)})",
                           hint="is this URL a SearXNG instance? use its base URL, not a page of it")
     return data
+
+
+def _answer_kind(response: httpx.Response) -> str:
+    """What came back instead of a JSON object, for the message ("got application/json" would
+    say nothing when the body under that type does not parse)."""
+    kind = response.headers.get("content-type", "unknown type").split(";")[0].strip() or "unknown type"
+    return f"malformed {kind}" if "json" in kind.lower() else kind
 
 
 def _transport_error(exc: httpx.HTTPError, base: str, timeout: float) -> SearchError:

@@ -1,0 +1,108 @@
+"""Token and call accounting: cumulative counters per engine, and one record per call.
+
+Counters only grow; a pipeline takes ``before = pool.accounting`` and later
+``pool.accounting.diff(before)`` for its per-run (or per-phase) figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Callable
+
+
+@dataclass
+class Accounting:
+    """Counters of structured calls.
+
+    ``calls`` structured calls asked for; ``cache_hits`` of them answered from the call
+    cache; ``model_calls`` generations actually run (retries included); ``prompt_tokens``
+    submitted to the model and ``prompt_evaluated`` of them actually evaluated after
+    llama.cpp reused the prefix left by the previous call; ``generated_tokens``;
+    ``seconds`` spent generating; ``retries`` extra attempts after an invalid or cut-off
+    output; ``failures`` calls that ended without a valid output; ``truncations``
+    outputs cut off by their token budget; ``trimmed`` prompts shortened to fit the context.
+    """
+
+    calls: int = 0
+    model_calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    prompt_evaluated: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    retries: int = 0
+    failures: int = 0
+    truncations: int = 0
+    trimmed: int = 0
+
+    def snapshot(self) -> "Accounting":
+        """An independent copy (later calls do not change it)."""
+        return replace(self)
+
+    def diff(self, earlier: "Accounting") -> "Accounting":
+        """What happened since ``earlier`` (a snapshot of the same counters)."""
+        return Accounting(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
+
+    def __add__(self, other: "Accounting") -> "Accounting":
+        return Accounting(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @property
+    def reuse_share(self) -> float:
+        """Share of submitted prompt tokens that llama.cpp did not have to evaluate."""
+        if not self.prompt_tokens:
+            return 0.0
+        return 1.0 - self.prompt_evaluated / self.prompt_tokens
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["seconds"] = round(self.seconds, 3)
+        return data
+
+    def add_record(self, record: "CallRecord") -> None:
+        """Fold one call's record into the counters."""
+        self.calls += 1
+        if record.cache_hit:
+            self.cache_hits += 1
+            return
+        self.model_calls += record.attempts
+        self.retries += max(0, record.attempts - 1)
+        self.prompt_tokens += record.prompt_tokens
+        self.prompt_evaluated += record.prompt_evaluated
+        self.generated_tokens += record.generated_tokens
+        self.seconds += record.seconds
+        self.truncations += record.truncations
+        self.trimmed += 1 if record.trimmed else 0
+        self.failures += 0 if record.ok else 1
+
+
+@dataclass
+class CallRecord:
+    """One structured call, as handed to listeners (the run log) when it ends.
+
+    Token counts and seconds add up over the call's attempts; they are zero for a cache hit.
+    """
+
+    model: str
+    purpose: str
+    schema: str
+    key: str
+    seed: int
+    cache_hit: bool
+    ok: bool = True
+    attempts: int = 0
+    prompt_tokens: int = 0
+    prompt_evaluated: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    truncations: int = 0
+    trimmed: bool = False
+    error: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["seconds"] = round(self.seconds, 3)
+        return data
+
+
+Listener = Callable[[CallRecord], None]

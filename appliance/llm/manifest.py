@@ -1,0 +1,427 @@
+"""The model manifest (models/models.toml): which GGUF files exist, their hashes, context
+lengths, chat formats and the roles they serve; plus file checks and hashing.
+
+A model is only handed to llama.cpp after its file has been checked here: it exists, starts
+with the GGUF magic, its header is complete, and its sha256 matches the manifest. Hashing a
+large file takes seconds, so verified hashes are remembered by (path, size, mtime) in the
+state folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable
+
+from ..config import Settings, state_dir
+from ..errors import ConfigError, ModelError, StateError, UsageError
+from .gguf import GGUFInfo, read_gguf
+
+ROLES = ("planner", "extractor", "verifier", "writer")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_CHUNK = 1 << 20
+FETCH_HINT = "run `make models` (or `appliance models add PATH` for your own file)"
+
+_HEADER = """\
+# The model manifest: one [[model]] table per local GGUF file.
+#   name         how settings and commands refer to the model
+#   file         path of the .gguf, relative to this folder (or absolute)
+#   sha256       checked before the file is handed to llama.cpp
+#   size         file size in bytes (a quick check before hashing)
+#   n_ctx_train  the model's training context length, from its GGUF metadata
+#   chat_format  "" uses the chat template inside the GGUF; otherwise a llama-cpp-python
+#                chat format name such as "chatml"
+#   roles        planner, extractor, verifier, writer: the first model listing a role serves
+#                it unless [models] in the config names another
+#   source       where the file came from (informational)
+# `appliance models add PATH` and `make models` write this file; hand edits are fine.
+"""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One manifest entry."""
+
+    name: str
+    file: str
+    sha256: str
+    n_ctx_train: int
+    roles: tuple[str, ...] = ()
+    chat_format: str = ""
+    size: int | None = None
+    source: str = ""
+
+    def path(self, base: Path) -> Path:
+        """The GGUF file's location; relative files are relative to the manifest's folder."""
+        p = Path(self.file).expanduser()
+        return p if p.is_absolute() else base / p
+
+
+@dataclass
+class Manifest:
+    """The parsed manifest file; ``base`` is the folder relative files live in."""
+
+    path: Path
+    models: list[ModelEntry] = field(default_factory=list)
+
+    @property
+    def base(self) -> Path:
+        return self.path.parent
+
+    def get(self, name: str) -> ModelEntry:
+        """The entry called ``name``; UsageError listing the known names otherwise."""
+        for entry in self.models:
+            if entry.name == name:
+                return entry
+        known = ", ".join(e.name for e in self.models) or "none"
+        raise UsageError(f"no model named {name!r} in {self.path}", hint=f"known models: {known}")
+
+    def path_of(self, entry: ModelEntry) -> Path:
+        return entry.path(self.base)
+
+
+# ---------------------------------------------------------------- reading and writing
+
+def manifest_path(settings: Settings) -> Path:
+    """The manifest file named by ``models.manifest``: relative to the working folder, or, when
+    no such file is there, to the project folder this package was installed from (so the
+    command works from any folder)."""
+    path = Path(settings.models.manifest).expanduser()
+    if not path.is_absolute() and not path.exists():
+        project = Path(__file__).resolve().parents[2] / path
+        if project.exists():
+            return project
+    return path
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Parse and check a manifest file: ModelError if missing, ConfigError if malformed."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ModelError(f"model manifest {path} does not exist",
+                         hint="run from the project folder, or set models.manifest / "
+                              "APPLIANCE_MODELS_MANIFEST") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"model manifest {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model manifest {path}: {exc.strerror}") from None
+    tables = raw.get("model", [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"model manifest {path}: 'model' must be an array of [[model]] tables")
+    models = [_entry_from_table(t, path, i) for i, t in enumerate(tables)]
+    names = [m.name for m in models]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"model manifest {path} lists {', '.join(dupes)} more than once")
+    return Manifest(path=path, models=models)
+
+
+def load_manifest_for(settings: Settings) -> Manifest:
+    """The manifest the settings point at."""
+    return load_manifest(manifest_path(settings))
+
+
+def _entry_from_table(table: object, path: Path, index: int) -> ModelEntry:
+    where = f"model manifest {path}, entry {index + 1}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} is not a table")
+    known = {"name", "file", "sha256", "n_ctx_train", "roles", "chat_format", "size", "source"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}",
+                          hint=f"known keys: {', '.join(sorted(known))}")
+    for key in ("name", "file", "sha256", "n_ctx_train"):
+        if key not in table:
+            raise ConfigError(f"{where} lacks '{key}'")
+    name, file, sha = table["name"], table["file"], table["sha256"]
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-'")
+    if not isinstance(file, str) or not file.strip():
+        raise ConfigError(f"{where} ({name}): 'file' must be a non-empty string")
+    if not isinstance(sha, str) or not _SHA_RE.match(sha.lower()):
+        raise ConfigError(f"{where} ({name}): 'sha256' must be 64 hex digits")
+    n_ctx = table["n_ctx_train"]
+    if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or n_ctx <= 0:
+        raise ConfigError(f"{where} ({name}): 'n_ctx_train' must be a positive integer")
+    roles = table.get("roles", [])
+    if not isinstance(roles, list) or any(r not in ROLES for r in roles):
+        raise ConfigError(f"{where} ({name}): roles must be a list drawn from {', '.join(ROLES)}")
+    size = table.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise ConfigError(f"{where} ({name}): 'size' must be a byte count")
+    chat_format = table.get("chat_format", "")
+    source = table.get("source", "")
+    if not isinstance(chat_format, str) or not isinstance(source, str):
+        raise ConfigError(f"{where} ({name}): 'chat_format' and 'source' must be strings")
+    return ModelEntry(name=name, file=file, sha256=sha.lower(), n_ctx_train=n_ctx,
+                      roles=tuple(dict.fromkeys(roles)), chat_format=chat_format,
+                      size=size, source=source)
+
+
+def _toml_str(value: str) -> str:
+    # JSON string escapes are valid TOML basic-string escapes.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_manifest(manifest: Manifest) -> str:
+    """The manifest as TOML text (header comment, one [[model]] table per entry)."""
+    lines = [_HEADER]
+    for m in manifest.models:
+        lines.append("[[model]]")
+        lines.append(f"name = {_toml_str(m.name)}")
+        lines.append(f"file = {_toml_str(m.file)}")
+        lines.append(f"sha256 = {_toml_str(m.sha256)}")
+        if m.size is not None:
+            lines.append(f"size = {m.size}")
+        lines.append(f"n_ctx_train = {m.n_ctx_train}")
+        lines.append(f"chat_format = {_toml_str(m.chat_format)}")
+        lines.append("roles = [" + ", ".join(_toml_str(r) for r in m.roles) + "]")
+        if m.source:
+            lines.append(f"source = {_toml_str(m.source)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def save_manifest(manifest: Manifest) -> None:
+    """Write the manifest atomically (a reader never sees half a file)."""
+    _atomic_write_text(manifest.path, render_manifest(manifest), what="model manifest")
+
+
+def _atomic_write_text(path: Path, text: str, *, what: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            # mkstemp makes the file private; a manifest is an ordinary project file.
+            os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {path}: {exc.strerror}",
+                         hint="check that the folder is writable") from None
+
+
+# ---------------------------------------------------------------- roles
+
+def resolve_model(settings: Settings, role: str, manifest: Manifest | None = None) -> ModelEntry:
+    """The manifest entry serving ``role``: the one ``models.<role>`` names, else the first
+    entry listing the role."""
+    if role not in ROLES:
+        raise UsageError(f"unknown model role {role!r}", hint=f"roles are {', '.join(ROLES)}")
+    manifest = manifest or load_manifest_for(settings)
+    wanted = getattr(settings.models, role)
+    if wanted:
+        for entry in manifest.models:
+            if entry.name == wanted:
+                return entry
+        known = ", ".join(e.name for e in manifest.models) or "none"
+        raise ConfigError(f"models.{role} names {wanted!r}, which is not in {manifest.path}",
+                          hint=f"known models: {known}")
+    for entry in manifest.models:
+        if role in entry.roles:
+            return entry
+    raise ModelError(f"no model in {manifest.path} serves the role {role!r}",
+                     hint=f"`appliance models add PATH --roles {role}`, or set models.{role}")
+
+
+# ---------------------------------------------------------------- hashing and checks
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, read in chunks (never the whole file in memory)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror}") from None
+    return digest.hexdigest()
+
+
+class HashCache:
+    """Remembers verified hashes by (absolute path, size, mtime) in a small JSON file.
+
+    It only saves time; when the state folder cannot be written the cache is simply not
+    kept (the call cache and `appliance doctor` report an unwritable state folder).
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> "HashCache":
+        try:
+            return cls(state_dir(settings, "cache") / "model_hashes.json")
+        except StateError:
+            return cls(None)
+
+    @staticmethod
+    def _key(path: Path) -> tuple[str, str] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return str(path.resolve()), f"{st.st_size}:{st.st_mtime_ns}"
+
+    def _read(self) -> dict:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, path: Path) -> str | None:
+        key = self._key(path)
+        if key is None:
+            return None
+        record = self._read().get(key[0])
+        if isinstance(record, dict) and record.get("stamp") == key[1]:
+            return record.get("sha256")
+        return None
+
+    def put(self, path: Path, sha: str) -> None:
+        key = self._key(path)
+        if key is None or self.path is None:
+            return
+        with self._lock:
+            data = self._read()
+            data[key[0]] = {"stamp": key[1], "sha256": sha}
+            try:
+                _atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True),
+                                   what="hash cache")
+            except (UsageError, OSError):
+                pass
+
+    def sha256(self, path: Path, *, rehash: bool = False) -> str:
+        """The file's sha256, from the cache unless ``rehash`` or the file changed."""
+        if not rehash:
+            cached = self.get(path)
+            if cached:
+                return cached
+        sha = file_sha256(path)
+        self.put(path, sha)
+        return sha
+
+
+def check_model_file(manifest: Manifest, entry: ModelEntry, *, hashes: HashCache | None = None,
+                     rehash: bool = False) -> GGUFInfo:
+    """Check one entry's file: exists, GGUF, complete, right size and sha256.
+
+    Returns the GGUF header; raises ModelError with a one-line fix otherwise.
+    """
+    path = manifest.path_of(entry)
+    if not path.exists():
+        raise ModelError(f"model file {path} ('{entry.name}') is missing", hint=FETCH_HINT)
+    info = read_gguf(path)
+    if entry.size is not None and info.size != entry.size:
+        raise ModelError(
+            f"model file {path} ('{entry.name}') has {info.size} bytes, the manifest expects {entry.size}",
+            hint=f"the file is incomplete or different: {FETCH_HINT}")
+    sha = (hashes or HashCache(None)).sha256(path, rehash=rehash)
+    if sha != entry.sha256:
+        raise ModelError(
+            f"model file {path} ('{entry.name}') has sha256 {sha[:12]}..., "
+            f"the manifest expects {entry.sha256[:12]}...",
+            hint=f"the file is corrupt or different: {FETCH_HINT}; "
+                 "`appliance models verify` checks every model")
+    return info
+
+
+# ---------------------------------------------------------------- registering a file
+
+def register_model(manifest: Manifest, source: str | Path, *, name: str | None = None,
+                   roles: Iterable[str] = (), chat_format: str = "", copy: bool = False,
+                   hashes: HashCache | None = None) -> ModelEntry:
+    """Add a GGUF file to the manifest (and save it); returns the new entry.
+
+    The file is registered where it lies (absolute path, or relative when it is already in
+    the manifest's folder) unless ``copy``, which copies it into the manifest's folder first.
+    Roles given here move to the new model: other entries stop listing them, so that the
+    model just added is the one that serves them.
+    """
+    src = Path(source).expanduser()
+    if not src.is_file():
+        raise UsageError(f"{src} is not a file", hint="give the path of a .gguf file")
+    info = read_gguf(src)
+    roles = tuple(dict.fromkeys(r.strip() for r in roles if r.strip()))
+    bad = [r for r in roles if r not in ROLES]
+    if bad:
+        raise UsageError(f"unknown role(s) {', '.join(bad)}", hint=f"roles are {', '.join(ROLES)}")
+    if not chat_format and info.chat_template is None:
+        raise ModelError(f"{src} has no chat template in its GGUF metadata",
+                         hint="pass --chat-format (e.g. chatml) to say how to format its prompts")
+    n_ctx = info.context_length
+    if not n_ctx:
+        raise ModelError(f"{src} does not state its context length in its GGUF metadata",
+                         hint="this file is not a usable chat model")
+    name = name or _default_name(src)
+    if not _NAME_RE.match(name):
+        raise UsageError(f"model name {name!r} must be letters, digits, '.', '_' or '-'")
+    if any(e.name == name for e in manifest.models):
+        raise UsageError(f"a model named {name!r} is already in {manifest.path}",
+                         hint="choose another --name, or `appliance models remove` it first")
+    sha = (hashes or HashCache(None)).sha256(src)
+    file_field = _place_file(manifest, src, copy)
+    entry = ModelEntry(name=name, file=file_field, sha256=sha, n_ctx_train=n_ctx, roles=roles,
+                       chat_format=chat_format, size=info.size, source=f"added from {src.resolve()}")
+    others = [replace(e, roles=tuple(r for r in e.roles if r not in roles)) for e in manifest.models]
+    manifest.models = others + [entry]
+    save_manifest(manifest)
+    return entry
+
+
+def remove_model(manifest: Manifest, name: str) -> ModelEntry:
+    """Drop an entry from the manifest (the file itself is left alone)."""
+    entry = manifest.get(name)
+    manifest.models = [e for e in manifest.models if e.name != name]
+    save_manifest(manifest)
+    return entry
+
+
+def _default_name(path: Path) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-._").lower()
+    return stem[:64] or "model"
+
+
+def _place_file(manifest: Manifest, src: Path, copy: bool) -> str:
+    base = manifest.base.resolve()
+    if copy:
+        dest = base / src.name
+        if dest.exists() and dest.resolve() != src.resolve():
+            raise UsageError(f"{dest} already exists", hint="remove it, or register without --copy")
+        if not dest.exists():
+            tmp = dest.with_name(f".{dest.name}.part")
+            try:
+                base.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, dest)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise UsageError(f"cannot copy {src} into {base}: {exc.strerror}") from None
+        return dest.name
+    resolved = src.resolve()
+    try:
+        return str(resolved.relative_to(base))
+    except ValueError:
+        return str(resolved)

@@ -9,19 +9,14 @@ from __future__ import annotations
 from ..contracts import GapQuestions, MergedClaim, NodeState, bounded
 from ..errors import ModelOutputError
 from . import prompts
+from .gather import dedupe_text
 from .state import RunContext
 
 MAX_KNOWN = 10
 
 
 def collect_gaps(nodes: list[NodeState]) -> list[str]:
-    seen: list[str] = []
-    for node in nodes:
-        for gap in node.gaps:
-            gap = " ".join(gap.split())
-            if gap and gap.lower() not in (s.lower() for s in seen):
-                seen.append(gap)
-    return seen
+    return dedupe_text([gap for node in nodes for gap in node.gaps])
 
 
 def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedClaim]) -> list[NodeState]:

@@ -293,14 +293,15 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim]) -> None:
         if prompts.echoes_example(findings, node.question, claims_text):
             findings = " ".join(c.text for c in claims[:5])
         node.findings = findings
-        node.gaps = _dedupe_text(node.gaps + [g for g in out.gaps
+        node.gaps = dedupe_text(node.gaps + [g for g in out.gaps
                                               if not prompts.echoes_example(g, node.question, claims_text)])
     except ModelOutputError:
         run.stats.add(model_failures=1)
         node.findings = " ".join(c.text for c in claims[:5])
 
 
-def _dedupe_text(items: list[str]) -> list[str]:
+def dedupe_text(items: list[str]) -> list[str]:
+    """Items with spaces folded, empty and case-insensitively repeated ones left out, in order."""
     seen: list[str] = []
     for item in items:
         item = " ".join(item.split())

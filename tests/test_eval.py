@@ -1,0 +1,109 @@
+"""`appliance eval`: scoring against hand-computed cases, and a real two-question eval in every
+mode whose table is recomputable from its per-question JSONL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from appliance.cli import main
+from appliance.evaluation import scoring
+from appliance.evaluation.runner import aggregate, passage_id, quote_faithfulness
+
+BENCH = Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "musique-dev"
+
+
+# ------------------------------------------------------------------ scoring, by hand
+
+def test_normalisation_drops_case_punctuation_and_articles():
+    assert scoring.normalize_answer("The  Anglican Communion!") == "anglican communion"
+    assert scoring.normalize_answer("") == ""
+
+
+def test_exact_match_uses_aliases():
+    golds = ["G. Stanley Hall", "Stanley Hall"]
+    assert scoring.exact_match("stanley hall", golds) == 1.0
+    assert scoring.exact_match("Hall", golds) == 0.0
+    assert scoring.exact_match("", golds) == 0.0
+
+
+def test_token_f1_by_hand():
+    # prediction "boeing b 29 bomber" vs gold "boeing b 29 superfortress bomber":
+    # overlap 4, precision 4/4, recall 4/5 -> F1 = 2*1*0.8/1.8 = 0.888...
+    assert scoring.token_f1("boeing b 29 bomber", ["boeing b 29 superfortress bomber"]) == pytest.approx(8 / 9)
+    assert scoring.token_f1("Norway", ["Norway", "NO"]) == 1.0
+    assert scoring.token_f1("", ["Norway"]) == 0.0
+    assert scoring.token_f1("anything", []) == 0.0
+
+
+def test_passage_recall_and_precision_by_hand():
+    assert scoring.passage_recall(["p1", "p2", "p9"], ["p1", "p2", "p3"]) == pytest.approx(2 / 3)
+    assert scoring.passage_precision(["p1", "p2", "p9"], ["p1", "p2", "p3"]) == pytest.approx(2 / 3)
+    assert scoring.passage_recall([], ["p1"]) == 0.0
+    assert scoring.passage_precision([], ["p1"]) is None
+    assert scoring.passage_recall(["p1"], []) is None
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    values = [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    lo, hi = scoring.bootstrap_ci(values)
+    assert 0.0 <= lo <= 5 / 8 <= hi <= 1.0
+    assert scoring.summarize([None, None]) == {"mean": None, "ci": None, "n": 0}
+    assert scoring.summarize([1.0]) == {"mean": 1.0, "ci": (1.0, 1.0), "n": 1}
+
+
+def test_passage_ids_and_faithfulness():
+    assert passage_id("corpus://eval-x/p0006") == "p0006"
+    assert passage_id("corpus://eval-x/doc.md#2") == "doc.md"
+    report = {"sources": [{"url": "u1", "quotes": ["Hall, who was the first president", "made up words"]}]}
+    found, total = quote_faithfulness(report, lambda url: "G. Stanley Hall, who was the  first president of it.")
+    assert (found, total) == (1, 2)
+
+
+# ------------------------------------------------------------------ a real eval
+
+@pytest.fixture
+def small_dataset(tmp_path):
+    """Two musique questions with their supporting passages and 30 distractors."""
+    questions = [json.loads(line) for line in (BENCH / "questions.jsonl").read_text().splitlines()][:2]
+    wanted = {pid for q in questions for pid in q["supporting_ids"]}
+    corpus = [json.loads(line) for line in (BENCH / "corpus.jsonl").read_text().splitlines()]
+    keep = [p for p in corpus if p["id"] in wanted] + [p for p in corpus if p["id"] not in wanted][:30]
+    folder = tmp_path / "mini"
+    folder.mkdir()
+    (folder / "questions.jsonl").write_text("\n".join(json.dumps(q) for q in questions) + "\n")
+    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(p) for p in keep) + "\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| exact match |" in result.stdout and "pipeline" in result.stdout
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["id"], r["mode"]) for r in rows) == sorted(
+        (q, m) for q in {r["id"] for r in rows} for m in ("pipeline", "rag", "closed-book"))
+    assert len(rows) == 6
+    assert (out / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads((out / "eval.json").read_text())
+    again = json.loads(json.dumps(aggregate(rows, ["pipeline", "rag", "closed-book"])))
+    assert again == table, "the table is recomputable from the per-question JSONL"
+    for row in rows:
+        assert row["model_calls"] + row["cache_hits"] >= 1
+        if row["mode"] == "closed-book":
+            assert row["sp_recall"] is None and row["cited"] == []
+        if row["mode"] == "rag":
+            assert row["cited"] and row["sp_recall"] is not None
+    md = (out / "eval.md").read_text()
+    assert md.count("|") > 30
+
+    # A rerun resumes: nothing is answered again.
+    again_run = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out)])
+    assert again_run.exit_code == 0, again_run.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6

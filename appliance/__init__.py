@@ -6,4 +6,4 @@ __version__ = "0.1.0"
 
 # LanceDB's native layer logs routine notes ("No existing dataset ... will be created") to
 # stderr; keep stderr for our progress and errors unless the user asks for them.
-os.environ.setdefault("LANCE_LOG", "error")
+os.environ.setdefault("LANCEDB_LOG", "error")

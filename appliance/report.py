@@ -33,9 +33,14 @@ _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]
 _LINK_SCHEMES = ("http://", "https://", "corpus://")
 
 
+def plain_line(text: str) -> str:
+    """One line of text safe for a terminal: no control or bidirectional characters, no newlines."""
+    return " ".join(_INVISIBLE.sub(" ", str(text)).split())
+
+
 def md_inline(text: str) -> str:
     """One line of text made inert for markdown (escapes, no newlines, no leading list marks)."""
-    text = " ".join(_INVISIBLE.sub(" ", str(text)).split())
+    text = plain_line(text)
     text = _MD_SPECIAL.sub(r"\\\1", text)
     # A line may not start a list, a setext underline or a quote: escape the marker itself
     # ("1\." - a backslash before the digit would not be an escape and would show).

@@ -76,6 +76,12 @@ class FakeFetcher:
     def __init__(self, pages: dict[str, str]):
         self.pages = pages
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
     def fetch_many(self, urls: list[str]) -> list[Source]:
         return [self.fetch(u) for u in urls]
 

@@ -239,7 +239,7 @@ def test_complete_report_cites_only_verified_claims(flow_settings, tmp_path):
 def test_plan_failure_gives_an_error_report(flow_settings, tmp_path):
     engine = FakeEngine(script(plan=lambda m, s: fail("plan")))
     result = run_fake(flow_settings, tmp_path, engine)
-    assert result.status == "plan_failed"
+    assert result.status == "plan_failed" and result.exit_code == 4  # a model-output failure
     assert result.markdown_path.exists() and result.json_path.exists()
     assert "planning failed" in result.markdown_path.read_text()
     assert json.loads((result.run_dir / "stats.json").read_text())["model_calls"] == 1
@@ -283,8 +283,38 @@ def test_unexpected_error_still_writes_a_report(flow_settings, tmp_path):
         raise RuntimeError("disk controller on fire")
     engine = FakeEngine(script(gaps=boom, findings=lambda m, s: NodeFindings(findings="x", gaps=["what else?"])))
     result = run_fake(flow_settings, tmp_path, engine)
-    assert result.status == "error"
+    assert result.status == "error" and result.exit_code == 1
     assert "disk controller on fire" in result.markdown_path.read_text()
+
+
+@pytest.mark.parametrize("status, code", [("complete", 0), ("no_sources", 0), ("inconclusive", 0),
+                                          ("plan_failed", 4), ("error", 3)])
+def test_research_command_exit_code_follows_the_report(status, code, monkeypatch, tmp_path):
+    """A failed run still prints its report's path, but exits non-zero with one error line,
+    so a shell script or Makefile sees the failure; an empty-handed run is not a failure."""
+    from click.testing import CliRunner
+
+    from appliance.cli import main
+    from appliance.pipeline import run as run_module
+    from appliance.pipeline.run import ResearchResult
+
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(run_module, "open_run_parts", lambda settings: (None, None, FakeFetcher({}), None))
+    md = tmp_path / "r.md"
+
+    def fake_research(question, settings, **kwargs):
+        return ResearchResult(status=status, markdown_path=md, json_path=tmp_path / "r.json", run_dir=tmp_path,
+                              report={"status": status, "error": "model weights are damaged" if code else None},
+                              exit_code=code)
+
+    monkeypatch.setattr(run_module, "research", fake_research)
+    result = CliRunner().invoke(main, ["research", "Who founded Alpha Corp?", "--no-progress"])
+    assert result.exit_code == code, result.output
+    assert result.stdout.strip() == str(md), "the report's path is printed either way"
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == (1 if code else 0)
+    if code:
+        assert status in errors[0] and "damaged" in errors[0]
 
 
 # ------------------------------------------------------------------ gap round, barrier, pipelining

@@ -87,3 +87,29 @@ def test_help_texts():
     for args in (["search", "--help"], ["corpus", "--help"], ["corpus", "add", "--help"]):
         result = runner.invoke(main, args)
         assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_search_prints_hostile_hits_as_inert_lines(run, monkeypatch):
+    """Titles, snippets and engine names come from SearXNG or a page: terminal escapes, bidi
+    overrides and newlines in them must not reach the terminal."""
+    from appliance.contracts import Hit
+    from appliance.sources import base
+
+    hostile = Hit(url="http://example.org/a\x1b[2J", title="Fine\x1b]0;pwned\x07 title\nsecond line",
+                  snippet="evil \u202eelif.exe\r\x08\x08", engine="bad\x1b[31mengine", rank=1)
+
+    class Hostile:
+        name = "searxng"
+        unresponsive_engines = {"x\x1b[5m": "timeout\x07"}
+
+        def search(self, query, limit):
+            return [hostile]
+
+    monkeypatch.setattr(base, "make_backend", lambda settings, *a, **k: Hostile())
+    result = run("search", "anything")
+    assert result.exit_code == 0, result.output
+    for text in (result.stdout, result.stderr):
+        assert not any(ch in text for ch in "\x1b\x07\x08\r\u202e"), repr(text)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "  1. Fine ]0;pwned title second line"
+    assert "evil elif.exe" in result.stdout and "warning: SearXNG engine x [5m did not respond" in result.stderr

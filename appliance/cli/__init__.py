@@ -14,7 +14,33 @@ from .common import AppContext
 
 
 class ApplianceGroup(click.Group):
-    """Turns every ApplianceError into one line on stderr and its exit code: never a traceback."""
+    """Turns every ApplianceError into one line on stderr and its exit code: never a traceback.
+
+    Click's own usage errors (unknown option, missing argument, bad value) become one line too,
+    naming the command's --help, instead of click's usage block.
+    """
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # no arguments at all: the help is the answer
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "appliance"
+            message = " ".join(exc.format_message().split())
+            click.echo(f"error: {message} (see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("interrupted: finished work is on disk; run the same command again to resume", err=True)
+            sys.exit(130)
+        # Without standalone mode click returns the code of an explicit exit (--help, --version).
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -27,7 +53,7 @@ class ApplianceGroup(click.Group):
             sys.exit(130)
 
 
-@click.group(cls=ApplianceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="appliance", cls=ApplianceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="appliance")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="Config file (default: $APPLIANCE_CONFIG, else ./config/appliance.toml if present).")

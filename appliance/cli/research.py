@@ -76,6 +76,12 @@ def research(question, profile, backend, corpus_name, searxng_url, model_name, n
         click.echo(json.dumps(result.report, ensure_ascii=False, indent=2))
     else:
         click.echo(str(result.markdown_path))
+    if result.exit_code:
+        # The report is written (its path or JSON is on stdout) and records why the run failed;
+        # a script or Makefile must still see the failure.
+        reason = (result.report.get("error") or result.status).replace("\n", " ")
+        click.echo(f"error: the run failed ({result.status}: {reason}); the report says what was done", err=True)
+        raise SystemExit(result.exit_code)
     if result.status not in ("complete",):
         click.echo(f"note: report status is {result.status}; see its Run statistics", err=True)
 

@@ -38,6 +38,7 @@ def search(query, backend, corpus_name, searxng_url, limit, as_json):
     Useful to check a SearXNG instance or a corpus before a research run. Engines that
     SearXNG reports as unresponsive are listed on stderr.
     """
+    from ..report import plain_line
     from ..sources.base import make_backend
 
     settings = app().settings(search__backend=backend, search__corpus=corpus_name, searxng__url=searxng_url)
@@ -50,20 +51,25 @@ def search(query, backend, corpus_name, searxng_url, limit, as_json):
     else:
         _print_hits(hits, chosen.name)
     for engine, reason in sorted(unresponsive.items()):
-        _log(f"warning: SearXNG engine {engine} did not respond ({reason or 'no reason given'})")
+        _log(f"warning: SearXNG engine {plain_line(engine)} did not respond "
+             f"({plain_line(reason) or 'no reason given'})")
 
 
 def _print_hits(hits, backend_name: str) -> None:
+    """Hits as text; what SearXNG or a page sent is made one inert line (no terminal escapes)."""
+    from ..report import plain_line
+
     if not hits:
         _log(f"no hits from {backend_name}")
         return
     for hit in hits:
-        click.echo(f"{hit.rank:>3}. {hit.title or '(no title)'}")
-        click.echo(f"     {hit.url}")
-        snippet = hit.snippet if len(hit.snippet) <= 200 else hit.snippet[:197] + "..."
+        click.echo(f"{hit.rank:>3}. {plain_line(hit.title) or '(no title)'}")
+        click.echo(f"     {plain_line(hit.url)}")
+        snippet = plain_line(hit.snippet)
+        snippet = snippet if len(snippet) <= 200 else snippet[:197] + "..."
         if snippet:
             click.echo(f"     {snippet}")
-        click.echo(f"     [{hit.engine or backend_name}]")
+        click.echo(f"     [{plain_line(hit.engine or backend_name)}]")
 
 
 @click.group()

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import Settings, state_dir
 from ..contracts import MergedClaim, NodeState, Verdict
-from ..errors import ModelOutputError, StateError, UsageError
+from ..errors import ApplianceError, ModelOutputError, StateError, UsageError
 from ..report import ReportData, render_json, render_markdown
 from . import prompts
 from .dedup import ClaimPool, rank_claims
@@ -79,6 +79,7 @@ class ResearchResult:
     json_path: Path
     run_dir: Path
     report: dict
+    exit_code: int = 0      # non-zero when the run failed (plan_failed, error): the report says why
 
 
 def clean_question(question: str) -> str:
@@ -143,6 +144,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
                 for engine in models.engines() if hasattr(engine, "add_listener")]
     data = ReportData(question=question, status="complete", date=date, model=models.label(),
                       profile=settings.pipeline.profile, run_id=run_id)
+    failure_code = 0
     try:
         _run_phases(run, data, embedder)
     except Exception as exc:  # noqa: BLE001 - any failure still gives a report
@@ -150,12 +152,17 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
             raise  # nowhere to write a report: the CLI says how to free the state folder
         data.status, data.error = "error", f"{type(exc).__name__}: {exc}"
         data.sources = dict(run.sources)
+        failure_code = exc.exit_code if isinstance(exc, ApplianceError) else 1
     finally:
         for remove in removers:
             remove()
     _finish_stats(run, models, before)
     data.stats = run.stats.to_dict()
-    return _write_outputs(run, data, Path(out_dir or settings.output.reports_dir), report_name or run_id)
+    result = _write_outputs(run, data, Path(out_dir or settings.output.reports_dir), report_name or run_id)
+    if data.status == "plan_failed":
+        failure_code = ModelOutputError.exit_code
+    result.exit_code = failure_code
+    return result
 
 
 def _run_phases(run: RunContext, data: ReportData, embedder) -> None:

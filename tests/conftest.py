@@ -18,6 +18,27 @@ from pathlib import Path  # noqa: E402
 import sources_harness  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a run-folder log (a line cut by a kill would fail loudly here)."""
+    import json
+
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def cached_calls(home: Path) -> int:
+    """Rows in the state folder's call cache (0 while it does not exist or is locked)."""
+    import sqlite3
+
+    path = home / "cache" / "calls.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(path, timeout=5) as conn:
+            return conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+    except sqlite3.Error:
+        return 0
 MUSIQUE_CORPUS = REPO.parent / "shared" / "bench" / "musique-dev" / "corpus.jsonl"
 
 

@@ -4,24 +4,13 @@ model, LanceDB and sources elsewhere; these let a test force a vote, a failure o
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Callable
 
 from appliance.contracts import Hit, Source
 from pydantic import ValidationError
 
 from appliance.errors import ModelOutputError
-
-
-@dataclass
-class FakeAccounting:
-    calls: int = 0
-    model_calls: int = 0
-    cache_hits: int = 0
-    prompt_tokens: int = 0
-    prompt_evaluated: int = 0
-    generated_tokens: int = 0
-    seconds: float = 0.0
+from appliance.llm.accounting import Accounting
 
 
 class FakeEngine:
@@ -30,7 +19,7 @@ class FakeEngine:
     def __init__(self, script: dict[str, Callable], name: str = "fake"):
         self.script = script
         self.name = name
-        self.accounting = FakeAccounting()
+        self.accounting = Accounting()  # the engine's own counters
         self.calls: list[tuple[str, int | None]] = []
         self._lock = threading.Lock()
 

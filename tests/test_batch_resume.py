@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cached_calls
+
 pytestmark = pytest.mark.slow
 
 QUESTIONS = [
@@ -31,17 +33,6 @@ def appliance(args: list[str], home: Path, cwd: Path, **kwargs) -> subprocess.Co
     env["APPLIANCE_HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "appliance", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=1200, **kwargs)
-
-
-def cached_calls(home: Path) -> int:
-    path = home / "cache" / "calls.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(path, timeout=5) as conn:
-            return conn.execute("SELECT count(*) FROM calls").fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 def comparable(report: dict) -> dict:

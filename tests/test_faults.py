@@ -93,7 +93,7 @@ from appliance.report import STAT_ROWS, ReportData, render_json, render_markdown
 from appliance.sources.fetch import Fetcher, PageCache
 from appliance.sources.searxng import SearxngBackend
 from appliance.sources.urls import UrlLedger, normalize_url
-from conftest import REPO, loopback_overrides, make_settings
+from conftest import REPO, cached_calls, loopback_overrides, make_settings, read_jsonl
 from fakes import FakeBackend, FakeEngine, fail
 
 MANIFEST = REPO / "models" / "models.toml"
@@ -105,11 +105,6 @@ HONEYBEE = "How do honeybees tell each other where flowers are?"
 
 
 # ============================================================================ helpers
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a run-folder log (a line cut by a kill would fail loudly here)."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
 
 def app_env(home: Path, **extra: str) -> dict[str, str | None]:
     """Environment of one appliance run: this state folder, the repo's model manifest, one
@@ -1033,18 +1028,6 @@ def check_state_intact(home: Path, out: Path, rows: dict) -> None:
     assert (out / "earlier.md").read_text(encoding="utf-8") == "# Deep Dive: an earlier question\n"
     assert (out / "earlier.json").read_text(encoding="utf-8") == '{"status": "complete"}'
     assert sorted(p.name for p in out.iterdir()) == ["earlier.json", "earlier.md"]
-
-
-def cached_calls(home: Path) -> int:
-    """Rows in the state folder's call cache (0 while it does not exist or is locked)."""
-    path = home / "cache" / "calls.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(path, timeout=5) as conn:
-            return conn.execute("SELECT count(*) FROM calls").fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 @pytest.mark.slow

@@ -12,16 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from appliance.cli import main
+from conftest import read_jsonl
 
 pytestmark = pytest.mark.slow
 
 QUESTION = "Who was the first president of the association which published Journal of Psychotherapy Integration?"
 HEADINGS = ["# Deep Dive:", "## Answer", "## Executive Summary", "## Findings", "## Open Questions",
             "## Sources", "## Run statistics"]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def check_report(md_path: Path, home: Path, votes_per_claim: int = 3) -> dict:

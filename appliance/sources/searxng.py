@@ -117,11 +117,7 @@ def ping(url: str, timeout: float = 5.0) -> None:
             raise _transport_error(exc, base, timeout) from None
     if response.status_code != 400:  # 400 is the expected "No query" answer
         _check_status(response, base)
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
+    if _json_object(response) is None:
         raise SearchError(f"{base} does not answer like SearXNG (got {_answer_kind(response)} instead of a JSON object)",
                           hint="is this URL a SearXNG instance? use its base URL")
 
@@ -144,14 +140,20 @@ def _get_json(client: httpx.Client, endpoint: str, params: dict, timeout: float,
     except httpx.HTTPError as exc:
         raise _transport_error(exc, base, timeout) from None
     _check_status(response, base)
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
+    data = _json_object(response)
+    if data is None:
         raise SearchError(f"SearXNG at {base} did not answer JSON (got {_answer_kind(response)})",
                           hint="is this URL a SearXNG instance? use its base URL, not a page of it")
     return data
+
+
+def _json_object(response: httpx.Response) -> dict | None:
+    """The body as a JSON object, or None for anything else (HTML, garbage, a JSON list)."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _answer_kind(response: httpx.Response) -> str:

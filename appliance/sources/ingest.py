@@ -143,29 +143,24 @@ def chunk_text(text: str, chunk_chars: int, paragraph_max_chars: Optional[int] =
         if not para:
             continue
         pieces.extend([para] if len(para) <= hard else _split_long(para, chunk_chars))
-    chunks: list[str] = []
-    current = ""
-    for piece in pieces:
-        if current and len(current) + 2 + len(piece) > chunk_chars:
-            chunks.append(current)
-            current = piece
-        else:
-            current = f"{current}\n\n{piece}" if current else piece
-    if current:
-        chunks.append(current)
-    return chunks
+    return _pack(pieces, chunk_chars, "\n\n")
 
 
 def _split_long(para: str, size: int) -> list[str]:
+    return _pack([part for sentence in _SENTENCE_END.split(para) for part in _hard_split(sentence, size)],
+                 size, " ")
+
+
+def _pack(pieces: list[str], size: int, sep: str) -> list[str]:
+    """Pieces joined by ``sep`` into as few runs of at most ``size`` characters as their order allows."""
     out: list[str] = []
     current = ""
-    for sentence in _SENTENCE_END.split(para):
-        for part in _hard_split(sentence, size):
-            if current and len(current) + 1 + len(part) > size:
-                out.append(current)
-                current = part
-            else:
-                current = f"{current} {part}" if current else part
+    for piece in pieces:
+        if current and len(current) + len(sep) + len(piece) > size:
+            out.append(current)
+            current = piece
+        else:
+            current = f"{current}{sep}{piece}" if current else piece
     if current:
         out.append(current)
     return out

@@ -89,3 +89,35 @@ def test_unresolvable_host_is_a_fetch_error(monkeypatch):
     with pytest.raises(FetchError) as caught:
         checked_addresses("no-such-host.example", 80, AllowList.parse([]))
     assert "cannot resolve" in caught.value.one_line()
+
+
+def test_a_resolver_that_never_answers_is_bounded(monkeypatch, sources_settings):
+    """getaddrinfo has no timeout of its own: a hung resolver must cost a fetch at most its
+    connect timeout, and fail that page only, with a message naming the cause."""
+    import threading
+    import time
+
+    from appliance.sources.fetch import Fetcher
+
+    release = threading.Event()
+
+    def hangs(*args, **kwargs):
+        release.wait(30)  # a resolver that does not answer (released at the end of the test)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hangs)
+    try:
+        started = time.monotonic()
+        with pytest.raises(FetchError) as caught:
+            checked_addresses("slow-dns.example", 80, AllowList.parse([]), timeout=0.3)
+        assert time.monotonic() - started < 2
+        assert "no answer within 0.3 s" in caught.value.one_line()
+
+        settings = sources_settings.with_overrides({"fetch.connect_timeout": 0.5})
+        with Fetcher(settings) as fetcher:
+            started = time.monotonic()
+            source = fetcher.fetch("http://slow-dns.example/page")
+        assert time.monotonic() - started < 3
+        assert not source.ok and "cannot resolve host slow-dns.example" in source.error
+    finally:
+        release.set()

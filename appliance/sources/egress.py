@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Union
 
@@ -110,15 +111,16 @@ class AllowList:
         return any(c in net for c in candidates for net in self.networks if c.version == net.version)
 
 
-def resolve(host: str, port: int) -> list[IPAddress]:
-    """All addresses the host resolves to (an IP literal resolves to itself)."""
+def resolve(host: str, port: int, timeout: float | None = None) -> list[IPAddress]:
+    """All addresses the host resolves to (an IP literal resolves to itself).
+
+    ``timeout`` bounds the lookup: getaddrinfo has no timeout of its own, and a resolver that
+    never answers would otherwise hold a fetch forever, outside its total deadline.
+    """
     literal = _ip_literal(host)
     if literal is not None:
         return [literal]
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise FetchError(f"cannot resolve host {host}: {exc}") from None
+    infos = _getaddrinfo(host, port, timeout)
     found: list[IPAddress] = []
     for info in infos:
         # Drop an IPv6 zone id ("fe80::1%eth0") before parsing; the address still gets judged.
@@ -128,6 +130,36 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     if not found:
         raise FetchError(f"cannot resolve host {host}: no addresses")
     return found
+
+
+def _getaddrinfo(host: str, port: int, timeout: float | None) -> list:
+    if timeout is None:
+        return _lookup(host, port)
+    outcome: list = []
+
+    def lookup() -> None:
+        try:
+            outcome.append(_lookup(host, port))
+        except FetchError as exc:
+            outcome.append(exc)
+
+    # A daemon thread: a lookup that never returns must not keep the process alive at exit.
+    worker = threading.Thread(target=lookup, name=f"resolve {host}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise FetchError(f"cannot resolve host {host}: no answer within {timeout:g} s",
+                         hint="check the resolver in /etc/resolv.conf, or raise fetch.connect_timeout")
+    if isinstance(outcome[0], FetchError):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _lookup(host: str, port: int) -> list:
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise FetchError(f"cannot resolve host {host}: {exc}") from None
 
 
 def _ip_literal(host: str) -> IPAddress | None:
@@ -152,8 +184,8 @@ def check_addresses(host: str, addresses: list[IPAddress], allow: AllowList) -> 
                                 hint="add the host to fetch.allow_hosts if it is meant to be fetched")
 
 
-def checked_addresses(host: str, port: int, allow: AllowList) -> list[IPAddress]:
-    """Resolve ``host`` and check every address; return them for the connection to use."""
-    addresses = resolve(host, port)
+def checked_addresses(host: str, port: int, allow: AllowList, timeout: float | None = None) -> list[IPAddress]:
+    """Resolve ``host`` (within ``timeout`` seconds) and check every address; return them for the connection."""
+    addresses = resolve(host, port, timeout)
     check_addresses(host, addresses, allow)
     return addresses

@@ -235,7 +235,10 @@ class Fetcher:
         for _ in range(self.max_redirects + 1):
             target = _parse(current)
             host = target.raw_host.decode("ascii")
-            addresses = checked_addresses(host, target.port or _default_port(target.scheme), self.allow)
+            # The lookup counts against the page's deadline, bounded by the connect timeout.
+            lookup = min(self.connect_timeout, _remaining(deadline, self.total_timeout))
+            addresses = checked_addresses(host, target.port or _default_port(target.scheme), self.allow,
+                                          timeout=lookup)
             with self._host_slot(host), self._all_slots:
                 outcome = self._get(target, addresses, deadline)
             if isinstance(outcome, _Body):

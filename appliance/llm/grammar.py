@@ -113,12 +113,9 @@ def gbnf_for(schema_text: str) -> str:
 
     Cached: each schema is converted once per process.
     """
-    # Imported here so that the manifest and CLI listing work without loading llama.cpp.
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     try:
         schema = json.loads(schema_text)
-        grammar = json_schema_to_gbnf(json.dumps(normalize_schema(schema)))
+        grammar = _convert(normalize_schema(schema))
     except GrammarError:
         raise
     except Exception as exc:  # the converter signals failures with asserts, KeyError, ValueError...
@@ -130,6 +127,31 @@ def gbnf_for(schema_text: str) -> str:
         raise GrammarError(f"schema {_title(schema_text)} gave an empty grammar")
     grammar = _NESTED_CHARS.sub(_flatten_nest, grammar)
     return _CHAR_LINE.sub(lambda _m: _CHAR_RULE, grammar)
+
+
+def _convert(schema: dict) -> str:
+    """llama-cpp-python's converter, with string constants written correctly.
+
+    Its literal writer escapes quotes but not backslashes, so a constant holding a double
+    quote (an enum of source sentences, say) ends its literal early and llama.cpp rejects the
+    grammar; and it writes non-ASCII characters as JSON escapes the model would have to spell
+    out. Both are fixed here; everything else is the converter's.
+    """
+    # Imported here so that the manifest and CLI listing work without loading llama.cpp.
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    class Converter(SchemaConverter):
+        def _format_literal(self, literal: str) -> str:
+            escaped = (literal.replace("\\", "\\\\").replace('"', '\\"')
+                       .replace("\r", "\\r").replace("\n", "\\n"))
+            return f'"{escaped}"'
+
+        def _generate_constant_rule(self, value: Any) -> str:
+            return self._format_literal(json.dumps(value, ensure_ascii=False))
+
+    converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(schema, "stdin"), "")
+    return converter.format_grammar()
 
 
 def _flatten_nest(match: re.Match) -> str:

@@ -121,6 +121,51 @@ def test_structured_calls_return_validated_instances(llm_engine, schema, prompt)
         assert 0 < spent.prompt_evaluated <= spent.prompt_tokens
 
 
+def test_string_constants_with_quotes_backslashes_and_accents(llm_engine):
+    """Enum and const strings (source sentences) may hold quotes, backslashes and non-ASCII
+    text: llama.cpp parses the grammar, and the model's output is one of the values exactly."""
+    from typing import Literal
+
+    from pydantic import create_model
+
+    tricky = ('He said "stop" at C:\\temp\\new, then left.', "Le café coûte 2 €; ça va, dit-il.")
+    for values in (tricky, tricky[:1]):  # two values are an enum, one is a const
+        pick = create_model("Pick", __base__=contracts._Out, quote=(Literal[values], ...))
+        llm_engine.backend.check_grammar(gbnf_for(schema_json(pick)), "Pick")
+        messages = [{"role": "user", "content": "Quote one of the sentences: " + " ".join(values)}]
+        result = llm_engine.structured(messages, pick, cache=False, max_tokens=64, purpose="test constants")
+        assert result.quote in values
+
+
+PASSAGE = ("Lake Orta is a small lake in the north of Italy.\nThe island of San Giulio lies in the middle "
+           "of the lake and holds a twelfth-century basilica. The lake drains to the north, unlike its "
+           "neighbours, through the Nigoglia channel at Omegna. Its water was badly polluted by a rayon "
+           "factory from 1926, and liming in 1989 and 1990 brought the fish back.")
+
+
+def test_sentence_quotes_are_verbatim_with_the_real_model(llm_engine):
+    """The extraction grammar admits only the source's sentences as quotes: the real model's
+    quotes are each one of them, and the quote check finds every one in the text."""
+    from appliance.contracts import quoting_extraction
+    from appliance.pipeline import prompts
+    from appliance.pipeline.quotes import find_quote, quotable_sentences
+
+    sentences = quotable_sentences(PASSAGE)
+    assert len(sentences) == 4
+    schema = quoting_extraction(3, sentences)
+    llm_engine.backend.check_grammar(gbnf_for(schema_json(schema)), schema.__name__)
+    ctx = prompts.Context(question="Which way does Lake Orta drain?", today="2026-11-30")
+    quoted = []
+    for node_question in ("Which way does Lake Orta drain?", "What polluted Lake Orta?"):
+        messages = prompts.extract(ctx, node_question, "", "Lake Orta", None, PASSAGE, 3, quote_first=True)
+        result = llm_engine.structured(messages, schema, cache=False, max_tokens=prompts.EXTRACT_TOKENS,
+                                       purpose="test extract")
+        quoted += [claim.quote for claim in result.claims]
+    assert quoted, "the model quoted something"
+    for quote in quoted:
+        assert quote in sentences and find_quote(quote, PASSAGE) is not None
+
+
 @pytest.mark.slow
 def test_truncated_output_is_detected_and_retried_or_reported(tmp_path):
     require_model_file()

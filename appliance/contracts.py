@@ -232,3 +232,21 @@ def bounded(schema: type[_Out], **limits: tuple[int, int]) -> type[_Out]:
         suffix = "_".join(f"{n}{lo}to{hi}" for n, (lo, hi) in sorted(limits.items()))
         _BOUNDED[key] = create_model(f"{schema.__name__}_{suffix}", __base__=schema, **fields)
     return _BOUNDED[key]
+
+
+def quoting_extraction(max_claims: int, sentences: tuple[str, ...]) -> type[Extraction]:
+    """``Extraction`` whose quotes can only be whole sentences of the source (``sentences``).
+
+    The grammar then admits nothing but a verbatim sentence: a small model cannot paraphrase
+    its quote. The quote comes before the claim, so the claim restates the chosen sentence.
+    """
+    from typing import Literal
+
+    from pydantic import create_model
+
+    quoted = create_model("QuotedClaim", __base__=_Out,
+                          quote=(Literal[sentences], ...),  # type: ignore[valid-type]
+                          claim=(str, Field(max_length=300)),
+                          importance=(Importance, ...))
+    return create_model(f"Extraction_quoted_claims0to{max_claims}", __base__=Extraction,
+                        claims=(list[quoted], Field(default_factory=list, min_length=0, max_length=max_claims)))

@@ -210,6 +210,7 @@ STAT_ROWS = [
     ("node_cap_drops", "hits over a node's source cap"),
     ("sources_fetched", "sources read"), ("sources_failed", "sources failed"),
     ("claims_extracted", "claims extracted"), ("quotes_rejected", "quotes rejected (not in source)"),
+    ("claims_from_quote", "claims restated as their quote (wording not in it)"),
     ("extraction_failures", "extractions failed"), ("claims_merged", "claims merged as duplicates"),
     ("claims_after_dedup", "distinct claims"), ("verified", "claims verified"),
     ("confirmed", "claims confirmed"), ("killed", "claims killed"),

@@ -21,11 +21,13 @@ class FakeEngine:
         self.name = name
         self.accounting = Accounting()  # the engine's own counters
         self.calls: list[tuple[str, int | None]] = []
+        self.schemas: list[tuple[str, type]] = []  # (purpose, schema) of each call
         self._lock = threading.Lock()
 
     def structured(self, messages, schema, *, seed=None, max_tokens=None, temperature=None, purpose=""):
         with self._lock:
             self.calls.append((purpose, seed))
+            self.schemas.append((purpose, schema))
             self.accounting.calls += 1
             self.accounting.model_calls += 1
             self.accounting.prompt_tokens += sum(len(m["content"]) // 4 for m in messages)

@@ -86,6 +86,7 @@ from appliance.contracts import (Extraction, GapQuestions, Hit, Importance, Merg
 from appliance.embed import get_embedder
 from appliance.errors import ModelOutputError, StateError, UsageError
 from appliance.pipeline import prompts
+from appliance.pipeline.quotes import quotable_sentences
 from appliance.pipeline.run import Models, clean_question, research, run_id_for, slugify
 from appliance.pipeline.state import Recorder, write_atomic
 from appliance.pipeline.synthesize import CitedStatement, Synthesis
@@ -162,12 +163,13 @@ def _source_text(messages: list[dict]) -> str:
     return content[start: content.rfind("\n>>>")]
 
 
-def _first_sentence(text: str) -> str:
-    """The first sentence of at least 20 characters: a quote that is surely in the text."""
-    for part in re.split(r"(?<=[.!?])\s+", text):
-        if len(part.strip()) >= 20:
-            return part.strip()
-    return text.strip()
+def _sentence_with(text: str, fragment: str = "") -> str:
+    """The first quotable sentence of ``text`` holding ``fragment``: a quote the grammar of the
+    extraction admits (the source's whole sentences) and the quote check finds."""
+    for sentence in quotable_sentences(text):
+        if fragment in sentence:
+            return sentence
+    return fragment
 
 
 def any_page_script(nodes: list[str] | None = None, **over) -> dict:
@@ -181,8 +183,8 @@ def any_page_script(nodes: list[str] | None = None, **over) -> dict:
         return Plan(effort=1, nodes=[PlanNode(id=f"q{i}", question=q) for i, q in enumerate(asked, start=1)])
 
     def extract(messages, seed):
-        sentence = _first_sentence(_source_text(messages))
-        claims = [{"claim": sentence[:300], "quote": sentence[:400], "importance": "central"}] if sentence else []
+        sentence = _sentence_with(_source_text(messages))
+        claims = [{"claim": sentence[:300], "quote": sentence, "importance": "central"}] if sentence else []
         return Extraction(source_quality="secondary", claims=claims)
 
     script = {
@@ -596,9 +598,10 @@ def injection_script(votes) -> dict:
         if INJECTED_CLAIM not in text:
             return Extraction(source_quality="blog", claims=[])
         return Extraction(source_quality="primary", claims=[
-            {"claim": INJECTED_CLAIM, "quote": INJECTED_CLAIM, "importance": "central"},
+            {"claim": INJECTED_CLAIM, "quote": _sentence_with(text, INJECTED_CLAIM), "importance": "central"},
             {"claim": "Dried tardigrades survive without water for over ten years.",
-             "quote": "can survive without water for more than ten years", "importance": "central"}])
+             "quote": _sentence_with(text, "can survive without water for more than ten years"),
+             "importance": "central"}])
     return any_page_script(nodes=[TARDIGRADE_QUESTION], extract=extract, vote=votes)
 
 

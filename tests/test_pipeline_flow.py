@@ -13,6 +13,7 @@ from appliance.contracts import (Extraction, GapQuestions, Hit, NodeFindings, Pl
                                  ReportDraft, SearchQueries, VoteRecord)
 from appliance.embed import get_embedder
 from appliance.pipeline.plan import check_plan, topo_order
+from appliance.pipeline.quotes import quotable_sentences
 from appliance.pipeline.run import Models, clean_question, research, slugify
 from appliance.pipeline.verify import tally
 from appliance.errors import UsageError
@@ -67,8 +68,9 @@ def script(votes=None, **over):
 @pytest.fixture
 def flow_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    # Free quotes: these scripts quote fragments, some not in the page, to test the quote check.
     return load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
-                         overrides={"pipeline.gap_questions": 1})
+                         overrides={"pipeline.gap_questions": 1, "pipeline.quote_sentences": False})
 
 
 def run_fake(settings, tmp_path, engine, hits=HITS, pages=PAGES):
@@ -315,6 +317,78 @@ def test_research_command_exit_code_follows_the_report(status, code, monkeypatch
     assert len(errors) == (1 if code else 0)
     if code:
         assert status in errors[0] and "damaged" in errors[0]
+
+
+# ------------------------------------------------------------------ quotes limited to the source's sentences
+
+def _quote_sentences(messages, seed):
+    """A model that keeps to the grammar: each quote is a whole sentence of the page."""
+    text = messages[-1]["content"]
+    if "Alpha Corp was founded" in text:
+        return {"source_quality": "primary", "claims": [
+            {"quote": "Alpha Corp was founded in 1901 by Jane Roe in Springfield.",
+             "claim": "Jane Roe founded Alpha Corp in 1901.", "importance": "central"}]}
+    if "Jane Roe was born" in text:
+        return {"source_quality": "secondary", "claims": [
+            {"quote": "Jane Roe was born in 1870 in Lisbon and studied engineering at Porto.",
+             "claim": "Jane Roe was born in Lisbon in 1870.", "importance": "central"}]}
+    return {"source_quality": "blog", "claims": []}
+
+
+def test_quotes_are_limited_to_the_source_sentences(flow_settings, tmp_path):
+    """With pipeline.quote_sentences (the default) the extraction schema, hence the grammar,
+    admits as a quote only a sentence of the page shown: every quote is accepted verbatim."""
+    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True})
+    engine = FakeEngine(script(extract=_quote_sentences))
+    result = run_fake(settings, tmp_path, engine)
+    schemas = [schema for purpose, schema in engine.schemas if purpose == "extract"]
+    assert schemas
+    for schema in schemas:
+        quote = schema.model_json_schema()["$defs"]["QuotedClaim"]["properties"]["quote"]
+        admitted = quote.get("enum") or [quote["const"]]  # one sentence is written as a const
+        assert set(admitted) <= {s for page in PAGES.values() for s in quotable_sentences(page)}
+        assert list(schema.model_json_schema()["$defs"]["QuotedClaim"]["properties"])[0] == "quote"
+    stats = result.report["stats"]
+    assert stats["claims_extracted"] >= 2 and stats["quotes_rejected"] == 0
+    assert result.status == "complete"
+
+
+def test_an_ungrounded_claim_becomes_its_quote(flow_settings, tmp_path):
+    """A claim whose wording is not in its quote (here the prompt's example, echoed) is
+    replaced by the quoted sentence, counted, and recorded beside the model's wording."""
+    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True})
+    sentence = "Alpha Corp was founded in 1901 by Jane Roe in Springfield."
+
+    def echo(messages, seed):
+        if "Alpha Corp was founded" not in messages[-1]["content"]:
+            return {"source_quality": "blog", "claims": []}
+        return {"source_quality": "primary", "claims": [
+            {"quote": sentence, "claim": "Frank Herbert wrote Dune.", "importance": "central"}]}
+
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=echo)))
+    stats = result.report["stats"]
+    assert stats["claims_from_quote"] >= 1 and stats["quotes_rejected"] == 0
+    texts = [c["text"] for c in result.report["claims"]]
+    kept = sentence.removesuffix(".")  # the source's span, as the quote check keeps it
+    assert kept in texts and not any("Dune" in t for t in texts)
+    records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
+    assert any(r["claim"] == "Frank Herbert wrote Dune." and r.get("claim_from_quote") == kept for r in records)
+    assert "claims restated as their quote" in result.markdown_path.read_text()
+
+
+def test_a_paraphrased_quote_cannot_pass_the_sentence_schema(flow_settings, tmp_path):
+    """What the grammar prevents for the real model, the validator refuses for any engine: a
+    quote that is not one of the page's sentences fails the extraction, counted as such."""
+    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True})
+
+    def paraphrase(messages, seed):
+        return {"source_quality": "primary", "claims": [
+            {"quote": "Alpha Corp began in 1901.", "claim": "Alpha Corp began in 1901.", "importance": "central"}]}
+
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=paraphrase)))
+    stats = result.report["stats"]
+    assert stats["extraction_failures"] == stats["sources_fetched"] > 0
+    assert stats["claims_extracted"] == 0 and result.status == "no_evidence"
 
 
 # ------------------------------------------------------------------ gap round, barrier, pipelining

@@ -50,3 +50,52 @@ def test_any_found_quote_is_a_substring_of_the_source(text, start, length):
     span = find_quote(quote, text)
     if span is not None:
         assert span in text
+
+
+# ------------------------------------------------------------------ sentences the grammar admits
+
+from appliance.pipeline.quotes import MAX_SENTENCE_CHARS, MIN_SENTENCE_CHARS, quotable_sentences  # noqa: E402
+
+
+def test_quotable_sentences_split_fold_and_skip_fragments():
+    text = ("Canon law\n\nIn the Church of England,   the courts\tstill sit. Short one. "
+            "Their status dates back to the 12th century!  In the Church of England, the courts still sit.")
+    assert quotable_sentences(text) == (
+        "In the Church of England, the courts still sit.",  # white space folded, repeat dropped
+        "Their status dates back to the 12th century!")     # "Canon law" and "Short one." too short
+    # A sentence holding a chat-template token is never offered: the model would have to write it.
+    assert quotable_sentences("A page says <|im_end|> to the model here. This one is plain enough.") == (
+        "This one is plain enough.",)
+
+
+def test_long_sentences_are_cut_at_words_and_the_count_is_capped():
+    words = " ".join(f"word{i}" for i in range(200)) + "."
+    pieces = quotable_sentences(words)
+    assert len(pieces) > 1 and all(len(p) <= MAX_SENTENCE_CHARS for p in pieces)
+    assert " ".join(pieces) == words, "the pieces are the sentence, cut only at spaces"
+    many = " ".join(f"Sentence number {i} is here." for i in range(500))
+    assert len(quotable_sentences(many, limit=30)) == 30
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120),
+                max_size=12).map(lambda parts: " ".join(parts)))
+def test_every_quotable_sentence_is_found_verbatim(text):
+    """Whatever the page holds, each sentence offered to the grammar passes the quote check,
+    and the span kept is the page's own text."""
+    for sentence in quotable_sentences(text):
+        assert MIN_SENTENCE_CHARS <= len(sentence) <= MAX_SENTENCE_CHARS
+        span = find_quote(sentence, text)
+        assert span is not None and span in text, sentence
+
+
+from appliance.pipeline.quotes import grounded  # noqa: E402
+
+
+def test_a_claim_is_grounded_when_its_words_are_in_its_quote():
+    quote = "Brand is a play by the Norwegian playwright Henrik Ibsen."
+    assert grounded("Henrik Ibsen wrote the play Brand.", quote)
+    assert grounded("Brand is a play by Henrik Ibsen", quote.upper())
+    assert not grounded("Frank Herbert wrote Dune.", quote)        # the prompt's example, echoed
+    assert not grounded("The Norwegian navy bought ten frigates in 1999.", quote)
+    assert not grounded("", quote) and not grounded("It is.", quote)  # nothing to ground

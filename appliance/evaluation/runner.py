@@ -26,8 +26,9 @@ from . import scoring
 MODES = ("pipeline", "rag", "closed-book")
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
-PIPELINE_STATS = ("nodes", "sources_fetched", "claims_extracted", "quotes_rejected", "claims_merged",
-                  "claims_after_dedup", "verified", "confirmed", "killed", "llm_busy_share", "wall_seconds")
+PIPELINE_STATS = ("nodes", "sources_fetched", "claims_extracted", "quotes_rejected", "claims_from_quote",
+                  "claims_merged", "claims_after_dedup", "verified", "confirmed", "killed", "llm_busy_share",
+                  "wall_seconds")
 
 
 @dataclass

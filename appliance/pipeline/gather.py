@@ -14,10 +14,10 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..contracts import (Claim, Extraction, Hit, NodeFindings, NodeState, Reflection,
-                         SearchQueries, Source, bounded)
+                         SearchQueries, Source, bounded, quoting_extraction)
 from ..errors import ModelOutputError, SearchError, StateError
 from . import prompts
-from .quotes import find_quote
+from .quotes import find_quote, grounded, quotable_sentences
 from .state import RunContext
 
 MAX_PARALLEL_NODES = 4
@@ -228,10 +228,15 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     run.stats.add(sources_fetched=1)
     settings = run.settings.pipeline
     text = source.text[: settings.source_chars]
+    sentences = quotable_sentences(text) if settings.quote_sentences else ()
     messages = prompts.extract(run.ctx, node.question, parent_text, source.title,
-                               source.published, text, settings.claims_per_source)
+                               source.published, text, settings.claims_per_source,
+                               quote_first=bool(sentences))
     try:
-        schema = bounded(Extraction, claims=(0, settings.claims_per_source))
+        if sentences:  # the grammar admits only the source's own sentences as quotes
+            schema = quoting_extraction(settings.claims_per_source, sentences)
+        else:
+            schema = bounded(Extraction, claims=(0, settings.claims_per_source))
         extraction = run.models.extractor.structured(messages, schema,
                                                      max_tokens=prompts.EXTRACT_TOKENS, purpose="extract")
     except ModelOutputError:
@@ -246,9 +251,15 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
         span = find_quote(item.quote, source.text, settings.quote_similarity)
         claim_text = " ".join(item.claim.split())
         record = {"node": node.id, "source_url": source.url, "claim": claim_text,
-                  "model_quote": item.quote, "accepted": span is not None and bool(claim_text)}
+                  "model_quote": item.quote, "accepted": span is not None}
+        if span is not None and not grounded(claim_text, span):
+            # The model's wording does not rest on the sentence it quoted (an echo of the
+            # prompt's example, a guess): the quoted sentence itself is the claim.
+            claim_text = " ".join(span.split())
+            record["claim_from_quote"] = claim_text
+            run.stats.add(claims_from_quote=1)
         run.recorder.append("claims", record)
-        if span is None or not claim_text:
+        if span is None:
             run.stats.add(quotes_rejected=1)
             continue
         accepted.append(Claim(

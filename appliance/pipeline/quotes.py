@@ -7,6 +7,7 @@ source text itself, so every quote in a report is verbatim by construction.
 
 from __future__ import annotations
 
+import re
 from difflib import SequenceMatcher
 
 _FOLD = str.maketrans({
@@ -16,6 +17,13 @@ _FOLD = str.maketrans({
 })
 
 MIN_QUOTE_CHARS = 12
+
+# Quotable sentences: at least this long (shorter lines are titles and fragments), at most
+# MAX_SENTENCE_CHARS (longer ones are cut at a word), at most MAX_SENTENCES per source.
+MIN_SENTENCE_CHARS = 20
+MAX_SENTENCE_CHARS = 300
+MAX_SENTENCES = 80
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 # Characters around which spacing is not significant: "self - actualizing" and
@@ -98,3 +106,61 @@ def _best_window(q: str, t: str, threshold: float) -> tuple[int, int] | None:
     while end < len(t) and t[end - 1].isalnum() and t[end].isalnum():
         end += 1
     return start, end
+
+
+def quotable_sentences(text: str, limit: int = MAX_SENTENCES) -> tuple[str, ...]:
+    """The sentences of ``text`` a model may quote, in order, without repeats, white space folded.
+
+    Each is a verbatim piece of the text (lines and sentences, long ones cut at a word), so a
+    grammar that only admits these makes every quote verbatim by construction.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+    for line in text.splitlines():
+        for sentence in _SENTENCE_END.split(line):
+            for piece in _word_pieces(" ".join(sentence.split()), MAX_SENTENCE_CHARS):
+                if len(piece) < MIN_SENTENCE_CHARS or piece in seen or "<|" in piece:
+                    continue  # too short, a repeat, or a chat-template token a model must not write
+                seen.add(piece)
+                out.append(piece)
+                if len(out) >= limit:
+                    return tuple(out)
+    return tuple(out)
+
+
+def _word_pieces(sentence: str, size: int) -> list[str]:
+    """``sentence`` cut at spaces into pieces of at most ``size`` characters."""
+    pieces: list[str] = []
+    while len(sentence) > size:
+        cut = sentence.rfind(" ", 0, size + 1)
+        cut = cut if cut > 0 else size
+        pieces.append(sentence[:cut].rstrip())
+        sentence = sentence[cut:].lstrip()
+    if sentence:
+        pieces.append(sentence)
+    return pieces
+
+
+# Words too common to show that a claim rests on its quote.
+_STOP = frozenset("""the and for was were are is its his her their this that with from which who whom
+whose what when where also has had have not but than then there these those into onto over under
+about after before been being by on in of to at as an or it he she they them we you our one""".split())
+_WORD = re.compile(r"\w+")
+# A claim is grounded when at least this share of its content words appear in its quote.
+GROUNDED_SHARE = 0.5
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP}
+
+
+def grounded(claim: str, quote: str) -> bool:
+    """Whether the claim's wording rests on its quote: most of its content words are there.
+
+    A small model's restatement may name things the quote never mentions (a worked example's
+    names, a guess); such a claim is not the quote's claim.
+    """
+    words = content_words(claim)
+    if not words:
+        return False
+    return len(words & content_words(quote)) >= GROUNDED_SHARE * len(words)

@@ -33,6 +33,7 @@ class RunStats:
     sources_failed: int = 0
     claims_extracted: int = 0
     quotes_rejected: int = 0
+    claims_from_quote: int = 0
     extraction_failures: int = 0
     claims_merged: int = 0
     claims_after_dedup: int = 0

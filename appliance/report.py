@@ -248,14 +248,16 @@ def render_json(data: ReportData) -> dict[str, Any]:
     """Everything: the report text with its citations, plan, claims, votes, sources, stats."""
     cites = Citations(data)
     findings = []
-    if data.synthesis:
+    if data.synthesis is not None and data.synthesis.findings:
         for theme, statements in data.synthesis.findings:
             findings.append({"theme": theme, "statements": [
                 {"text": st.text, "claim_ids": st.claim_ids, "citations": cites.marks(st.claim_ids)[1]}
                 for st in statements]})
-    else:
-        for claim in _confirmed(data):
-            cites.marks([claim.id])
+    elif _confirmed(data):
+        # As the markdown does: with no usable statement, the verified claims are the findings.
+        findings.append({"theme": "Verified claims", "statements": [
+            {"text": claim.text, "claim_ids": [claim.id], "citations": cites.marks([claim.id])[1]}
+            for claim in _confirmed(data)]})
     if data.status == "inconclusive":
         for claim in _refuted(data):
             cites.marks([claim.id])

@@ -4,6 +4,7 @@ voting arithmetic, plan repair, each fail-soft path, the single gap round, the b
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -262,6 +263,26 @@ def test_every_claim_refuted_is_inconclusive_and_lists_them(flow_settings, tmp_p
     md = result.markdown_path.read_text()
     assert "### Refuted claims" in md and "quote does not say so" in md
     assert result.report["sources"], "refuted claims keep their sources"
+
+
+def test_report_with_every_statement_dropped_lists_verified_claims_in_both_files(flow_settings, tmp_path):
+    """A synthesis whose statements all cite unverified claims keeps its answer, and the
+    verified claims become the findings: in the markdown and in the JSON alike, with the
+    same numbered sources."""
+    draft = ReportDraft(answer="Jane Roe.", executive_summary="Jane Roe founded Alpha Corp.",
+                        findings=[{"theme": "Founder", "statements": [
+                            {"text": "Uncited statement.", "claim_ids": ["c42"]}]}])
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(synthesize=lambda m, s: draft)))
+    report = result.report
+    assert result.status == "complete" and report["stats"]["statements_dropped"] == 1
+    md = result.markdown_path.read_text()
+    assert "### Verified claims" in md
+    [finding] = report["findings"]
+    confirmed = {c["id"] for c in report["claims"] if c["verdict"] and c["verdict"]["confirmed"]}
+    assert finding["theme"] == "Verified claims"
+    assert {cid for st in finding["statements"] for cid in st["claim_ids"]} == confirmed
+    listed = {int(n) for n in re.findall(r"^\[(\d+)\] .+ - <.+>", md.split("## Sources")[1], flags=re.M)}
+    assert listed == {s["n"] for s in report["sources"]} and listed
 
 
 def test_synthesis_failure_lists_verified_claims(flow_settings, tmp_path):

@@ -85,6 +85,7 @@ from appliance.contracts import (Extraction, GapQuestions, Hit, Importance, Merg
                                  SourceQuality, Verdict, VoteRecord)
 from appliance.embed import get_embedder
 from appliance.errors import ModelOutputError, StateError, UsageError
+from appliance.llm.manifest import file_sha256
 from appliance.pipeline import prompts
 from appliance.pipeline.quotes import quotable_sentences
 from appliance.pipeline.run import Models, clean_question, research, run_id_for, slugify
@@ -716,20 +717,11 @@ def write_manifest(folder: Path, name: str, file: str, sha: str, size: int | Non
     return path
 
 
-def sha256_of(path: Path) -> str:
-    """The file's sha256, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def model_sha() -> str:
     if not MODEL_FILE.is_file():
         pytest.fail(f"{MODEL_FILE} is missing: run `make models`", pytrace=False)
-    return sha256_of(MODEL_FILE)
+    return file_sha256(MODEL_FILE)
 
 
 def bad_model(kind: str, folder: Path, sha: str) -> Path:
@@ -741,13 +733,13 @@ def bad_model(kind: str, folder: Path, sha: str) -> Path:
         return write_manifest(folder, kind, str(MODEL_FILE), "1" * 64, size=size)
     if kind == "not GGUF":
         (folder / "text.gguf").write_text("this is not a model\n" * 500)
-        return write_manifest(folder, kind, "text.gguf", sha256_of(folder / "text.gguf"))
+        return write_manifest(folder, kind, "text.gguf", file_sha256(folder / "text.gguf"))
     with MODEL_FILE.open("rb") as fh:
         (folder / "cut.gguf").write_bytes(fh.read(size // 2 if kind == "truncated download" else 4096))
     if kind == "truncated download":  # the manifest as shipped: the whole file's size and hash
         return write_manifest(folder, kind, "cut.gguf", sha, size=size)
     # Header only, registered with its own hash: only reading the GGUF header can tell.
-    return write_manifest(folder, kind, "cut.gguf", sha256_of(folder / "cut.gguf"))
+    return write_manifest(folder, kind, "cut.gguf", file_sha256(folder / "cut.gguf"))
 
 
 MODEL_FAULTS = {

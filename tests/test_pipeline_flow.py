@@ -285,6 +285,25 @@ def test_report_with_every_statement_dropped_lists_verified_claims_in_both_files
     assert listed == {s["n"] for s in report["sources"]} and listed
 
 
+def test_written_text_must_rest_on_the_verified_claims(flow_settings, tmp_path):
+    """A statement citing a verified claim but saying something else, and an answer that
+    none of the claims bears out, are dropped and counted; grounded text stays."""
+    draft = ReportDraft(
+        answer="2018-04-23 11:52:51 12:52:51", executive_summary="Jane Roe founded Alpha Corp in 1901.",
+        findings=[{"theme": "Founder", "statements": [
+            {"text": "Jane Roe founded Alpha Corp.", "claim_ids": ["c1"]},
+            {"text": "Dustin Smith won the 1944 Olympic marathon in Paris.", "claim_ids": ["c1"]}]}])
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(synthesize=lambda m, s: draft)))
+    report = result.report
+    stats = report["stats"]
+    assert stats["texts_dropped"] == 1 and stats["statements_dropped"] == 1
+    assert report["answer"] == "" and report["executive_summary"] == "Jane Roe founded Alpha Corp in 1901."
+    texts = [st["text"] for f in report["findings"] for st in f["statements"]]
+    assert texts == ["Jane Roe founded Alpha Corp."]
+    md = result.markdown_path.read_text()
+    assert "Dustin" not in md and "2018-04-23" not in md and "_No answer was written._" in md
+
+
 def test_synthesis_failure_lists_verified_claims(flow_settings, tmp_path):
     engine = FakeEngine(script(synthesize=lambda m, s: fail("synthesize")))
     result = run_fake(flow_settings, tmp_path, engine)

@@ -99,3 +99,6 @@ def test_a_claim_is_grounded_when_its_words_are_in_its_quote():
     assert not grounded("Frank Herbert wrote Dune.", quote)        # the prompt's example, echoed
     assert not grounded("The Norwegian navy bought ten frigates in 1999.", quote)
     assert not grounded("", quote) and not grounded("It is.", quote)  # nothing to ground
+    # A lower share for written text that adds words of its own.
+    assert grounded("The Norwegian writer Ibsen, famous for dramas, created Brand.", quote, 1 / 3)
+    assert not grounded("The Norwegian writer Ibsen, famous for dramas, created Brand.", quote)

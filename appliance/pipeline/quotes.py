@@ -154,8 +154,8 @@ def content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP}
 
 
-def grounded(claim: str, quote: str) -> bool:
-    """Whether the claim's wording rests on its quote: most of its content words are there.
+def grounded(claim: str, quote: str, share: float = GROUNDED_SHARE) -> bool:
+    """Whether the claim's wording rests on its quote: at least ``share`` of its content words are there.
 
     A small model's restatement may name things the quote never mentions (a worked example's
     names, a guess); such a claim is not the quote's claim.
@@ -163,4 +163,4 @@ def grounded(claim: str, quote: str) -> bool:
     words = content_words(claim)
     if not words:
         return False
-    return len(words & content_words(quote)) >= GROUNDED_SHARE * len(words)
+    return len(words & content_words(quote)) >= share * len(words)

@@ -44,6 +44,7 @@ class RunStats:
     votes_invalid: int = 0
     citations_dropped: int = 0
     statements_dropped: int = 0
+    texts_dropped: int = 0
     calls: int = 0
     model_calls: int = 0
     cache_hits: int = 0

@@ -3,6 +3,8 @@
 The writer sees confirmed claims only, under short ids (c1, c2, ...). A statement may cite
 only those ids: other ids are dropped and counted, and a statement left with no citation is
 dropped and counted too, so every statement in a report rests on verified, quoted claims.
+Words must rest on them as well: a statement, answer or summary whose content words are
+mostly absent from its claims (and the question) is dropped and counted.
 """
 
 from __future__ import annotations
@@ -11,7 +13,12 @@ from dataclasses import dataclass, field
 
 from ..contracts import MergedClaim, ReportDraft
 from . import prompts
+from .quotes import grounded
 from .state import RunContext
+
+# Share of a written text's content words that must appear in the claims it rests on. Lower
+# than for a claim and its quote: a writer rightly adds linking words of its own.
+WRITTEN_SHARE = 1 / 3
 
 
 @dataclass
@@ -53,19 +60,27 @@ def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str],
     def echo(text: str) -> bool:
         return prompts.echoes_example(text, run.ctx.question, claims_text)
 
+    by_id = {cid: text for cid, text in _claim_texts(claims_text).items() if cid in ids}
+
+    def rests_on(text: str, short: list[str]) -> bool:
+        basis = " ".join([run.ctx.question] + [by_id.get(s, "") for s in short])
+        return grounded(text, basis, WRITTEN_SHARE)
+
     findings: list[tuple[str, list[CitedStatement]]] = []
     for finding in draft.findings:
         kept: list[CitedStatement] = []
         for statement in finding.statements:
             cited: list[str] = []
+            short: list[str] = []
             for raw in statement.claim_ids:
                 key = raw.strip().strip("[]").lower()
                 if key in ids and ids[key] not in cited:
                     cited.append(ids[key])
+                    short.append(key)
                 else:
                     run.stats.add(citations_dropped=1)
             text = " ".join(statement.text.split())
-            if cited and text and not echo(text):
+            if cited and text and not echo(text) and (not by_id or rests_on(text, short)):
                 kept.append(CitedStatement(text=text, claim_ids=cited))
             else:
                 run.stats.add(statements_dropped=1)
@@ -73,8 +88,21 @@ def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str],
             findings.append((" ".join(finding.theme.split()) or "Findings", kept))
     answer = " ".join(draft.answer.split())
     summary = " ".join(draft.executive_summary.split())
-    return Synthesis(answer="" if echo(answer) else answer,
-                     executive_summary="" if echo(summary) else summary,
+    every = list(by_id)
+    kept_answer = answer if answer and not echo(answer) and (not by_id or rests_on(answer, every)) else ""
+    kept_summary = summary if summary and not echo(summary) and (not by_id or rests_on(summary, every)) else ""
+    run.stats.add(texts_dropped=(answer != kept_answer) + (summary != kept_summary))
+    return Synthesis(answer=kept_answer, executive_summary=kept_summary,
                      findings=findings,
                      open_questions=[q for q in (" ".join(x.split()) for x in draft.open_questions)
                                      if q and not echo(q)])
+
+
+def _claim_texts(claims_text: str) -> dict[str, str]:
+    """``claims_listing`` read back: short id -> claim text."""
+    out: dict[str, str] = {}
+    for line in claims_text.splitlines():
+        sid, sep, text = line.partition(": ")
+        if sep:
+            out[sid.strip().lower()] = text
+    return out

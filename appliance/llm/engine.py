@@ -70,7 +70,8 @@ class Engine:
         self._acc_lock = threading.Lock()
         self._accounting = Accounting()
         self._listeners: list[Listener] = []
-        self._checked_grammars: set[str] = set()
+        # Digests, not texts: extraction grammars differ per source, so a long batch sees many.
+        self._checked_grammars: set[bytes] = set()
 
     @classmethod
     def load(cls, entry: ModelEntry, manifest: Manifest, settings: Settings, *,
@@ -252,9 +253,10 @@ class Engine:
         record.trimmed = record.trimmed or fitted.trimmed
 
     def _check_grammar(self, gbnf: str, schema_name: str) -> None:
-        if gbnf not in self._checked_grammars:
+        digest = hashlib.sha256(gbnf.encode("utf-8")).digest()
+        if digest not in self._checked_grammars:
             self.backend.check_grammar(gbnf, schema_name)
-            self._checked_grammars.add(gbnf)
+            self._checked_grammars.add(digest)
 
     # ---------------------------------------------------------------- context budget
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from difflib import SequenceMatcher
 
+from ..sources.ingest import split_at_words
+
 _FOLD = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
     "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"',
@@ -118,7 +120,7 @@ def quotable_sentences(text: str, limit: int = MAX_SENTENCES) -> tuple[str, ...]
     seen: set[str] = set()
     for line in text.splitlines():
         for sentence in _SENTENCE_END.split(line):
-            for piece in _word_pieces(" ".join(sentence.split()), MAX_SENTENCE_CHARS):
+            for piece in split_at_words(" ".join(sentence.split()), MAX_SENTENCE_CHARS):
                 if len(piece) < MIN_SENTENCE_CHARS or piece in seen or "<|" in piece:
                     continue  # too short, a repeat, or a chat-template token a model must not write
                 seen.add(piece)
@@ -126,19 +128,6 @@ def quotable_sentences(text: str, limit: int = MAX_SENTENCES) -> tuple[str, ...]
                 if len(out) >= limit:
                     return tuple(out)
     return tuple(out)
-
-
-def _word_pieces(sentence: str, size: int) -> list[str]:
-    """``sentence`` cut at spaces into pieces of at most ``size`` characters."""
-    pieces: list[str] = []
-    while len(sentence) > size:
-        cut = sentence.rfind(" ", 0, size + 1)
-        cut = cut if cut > 0 else size
-        pieces.append(sentence[:cut].rstrip())
-        sentence = sentence[cut:].lstrip()
-    if sentence:
-        pieces.append(sentence)
-    return pieces
 
 
 # Words too common to show that a claim rests on its quote.

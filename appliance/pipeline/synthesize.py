@@ -48,22 +48,23 @@ def synthesize(run: RunContext, confirmed: list[MergedClaim]) -> Synthesis:
     messages = prompts.synthesize(run.ctx, claims_listing(confirmed))
     draft = run.models.writer.structured(messages, ReportDraft, max_tokens=prompts.REPORT_TOKENS,
                                          purpose="synthesize")
-    return check_citations(run, draft, short_ids(confirmed), claims_listing(confirmed))
+    return check_citations(run, draft, confirmed)
 
 
-def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str],
-                    claims_text: str = "") -> Synthesis:
+def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedClaim]) -> Synthesis:
     """Keep statements that cite verified claims; count what is dropped.
 
     Text that echoes the prompt's worked example instead of the claims is dropped too.
     """
+    ids = short_ids(confirmed)
+    by_id = dict(zip(ids, (c.text for c in confirmed)))
+    claims_text = claims_listing(confirmed)
+
     def echo(text: str) -> bool:
         return prompts.echoes_example(text, run.ctx.question, claims_text)
 
-    by_id = {cid: text for cid, text in _claim_texts(claims_text).items() if cid in ids}
-
     def rests_on(text: str, short: list[str]) -> bool:
-        basis = " ".join([run.ctx.question] + [by_id.get(s, "") for s in short])
+        basis = " ".join([run.ctx.question] + [by_id[s] for s in short])
         return grounded(text, basis, WRITTEN_SHARE)
 
     findings: list[tuple[str, list[CitedStatement]]] = []
@@ -80,7 +81,7 @@ def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str],
                 else:
                     run.stats.add(citations_dropped=1)
             text = " ".join(statement.text.split())
-            if cited and text and not echo(text) and (not by_id or rests_on(text, short)):
+            if cited and text and not echo(text) and rests_on(text, short):
                 kept.append(CitedStatement(text=text, claim_ids=cited))
             else:
                 run.stats.add(statements_dropped=1)
@@ -89,20 +90,11 @@ def check_citations(run: RunContext, draft: ReportDraft, ids: dict[str, str],
     answer = " ".join(draft.answer.split())
     summary = " ".join(draft.executive_summary.split())
     every = list(by_id)
-    kept_answer = answer if answer and not echo(answer) and (not by_id or rests_on(answer, every)) else ""
-    kept_summary = summary if summary and not echo(summary) and (not by_id or rests_on(summary, every)) else ""
+    kept_answer = answer if answer and not echo(answer) and rests_on(answer, every) else ""
+    kept_summary = summary if summary and not echo(summary) and rests_on(summary, every) else ""
     run.stats.add(texts_dropped=(answer != kept_answer) + (summary != kept_summary))
     return Synthesis(answer=kept_answer, executive_summary=kept_summary,
                      findings=findings,
                      open_questions=[q for q in (" ".join(x.split()) for x in draft.open_questions)
                                      if q and not echo(q)])
 
-
-def _claim_texts(claims_text: str) -> dict[str, str]:
-    """``claims_listing`` read back: short id -> claim text."""
-    out: dict[str, str] = {}
-    for line in claims_text.splitlines():
-        sid, sep, text = line.partition(": ")
-        if sep:
-            out[sid.strip().lower()] = text
-    return out

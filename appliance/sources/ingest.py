@@ -147,7 +147,7 @@ def chunk_text(text: str, chunk_chars: int, paragraph_max_chars: Optional[int] =
 
 
 def _split_long(para: str, size: int) -> list[str]:
-    return _pack([part for sentence in _SENTENCE_END.split(para) for part in _hard_split(sentence, size)],
+    return _pack([part for sentence in _SENTENCE_END.split(para) for part in split_at_words(sentence, size)],
                  size, " ")
 
 
@@ -166,22 +166,12 @@ def _pack(pieces: list[str], size: int, sep: str) -> list[str]:
     return out
 
 
-def _hard_split(text: str, size: int) -> list[str]:
+def split_at_words(text: str, size: int) -> list[str]:
+    """``text`` in pieces of at most ``size`` characters, cut between words; a "word" longer
+    than ``size`` (base64, a long URL) is cut inside."""
     if len(text) <= size:
         return [text]
-    parts, current = [], ""
+    words: list[str] = []
     for word in text.split():
-        while len(word) > size:  # a "word" with no spaces at all (base64, a long URL)
-            if current:
-                parts.append(current)
-                current = ""
-            parts.append(word[:size])
-            word = word[size:]
-        if current and len(current) + 1 + len(word) > size:
-            parts.append(current)
-            current = word
-        else:
-            current = f"{current} {word}" if current else word
-    if current:
-        parts.append(current)
-    return parts
+        words += [word[i: i + size] for i in range(0, len(word), size)]
+    return _pack(words, size, " ")

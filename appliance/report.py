@@ -134,7 +134,8 @@ def _answer_sections(data: ReportData) -> list[str]:
                 "## Executive Summary", "", md_inline(syn.executive_summary) or "_None._", ""]
     explain = {
         "inconclusive": "Inconclusive. Claims were found, but none survived adversarial "
-                        "verification; they are listed below with the reasons they were refuted.",
+                        "verification (refuted, or too few valid votes); they are listed below "
+                        "with their votes.",
         "no_evidence": "No answer: sources were read, but none gave a claim whose quote could be "
                        "found in the source text.",
         "no_sources": "No answer: the searches found no source that could be read.",
@@ -166,7 +167,7 @@ def _findings(data: ReportData, cites: Citations) -> list[str]:
         lines.append("")
     refuted = _refuted(data)
     if data.status == "inconclusive" and refuted:
-        lines += ["### Refuted claims", ""]
+        lines += ["### Claims not confirmed", ""]
         for claim in refuted:
             marks, _ = cites.marks([claim.id])
             verdict = data.verdicts[claim.id]

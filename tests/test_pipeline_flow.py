@@ -261,7 +261,7 @@ def test_every_claim_refuted_is_inconclusive_and_lists_them(flow_settings, tmp_p
     result = run_fake(flow_settings, tmp_path, engine)
     assert result.status == "inconclusive"
     md = result.markdown_path.read_text()
-    assert "### Refuted claims" in md and "quote does not say so" in md
+    assert "### Claims not confirmed" in md and "quote does not say so" in md
     assert result.report["sources"], "refuted claims keep their sources"
 
 

@@ -33,8 +33,8 @@ deps: venv
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install "llama-cpp-python==0.3.36"
 	$(BIN)/pip install -e '.[test]'
 
-models: venv
-	$(PY) scripts/fetch_default_model.py
+models: deps
+	$(PY) scripts/fetch_models.py
 
 demo-corpus: venv
 	$(BIN)/appliance corpus add $(BENCH)/corpus.jsonl --name default

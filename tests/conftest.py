@@ -42,15 +42,26 @@ def cached_calls(home: Path) -> int:
 MUSIQUE_CORPUS = REPO.parent / "shared" / "bench" / "musique-dev" / "corpus.jsonl"
 
 
+# Tests run on the fast test model, named for every role: the manifest's default (the 1.5B
+# model) is for real runs, benchmarks and the few tests marked slow that name it themselves.
+TEST_MODEL = "smollm2-135m"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+ROLES = ("planner", "extractor", "verifier", "writer")
+TEST_MODEL_SETTINGS = {f"models.{role}": TEST_MODEL for role in ROLES}
+TEST_MODEL_ENV = {f"APPLIANCE_MODELS_{role.upper()}": TEST_MODEL for role in ROLES}
+
+
 def make_settings(home: Path, **overrides):
-    """Settings for tests: the packaged defaults plus ``overrides`` ({"fetch.budget": 3}),
-    APPLIANCE_HOME=home, and no user config file or environment variables."""
+    """Settings for tests: the packaged defaults, the test model for every role, then
+    ``overrides`` ({"fetch.budget": 3}), APPLIANCE_HOME=home, and no user config file or
+    environment variables."""
     from appliance.config import load_settings
 
     home.mkdir(parents=True, exist_ok=True)
     empty = home / "empty-config.toml"
     empty.write_text("", encoding="utf-8")
-    return load_settings(empty, env={"APPLIANCE_HOME": str(home)}, overrides=overrides)
+    return load_settings(empty, env={"APPLIANCE_HOME": str(home)},
+                         overrides={**TEST_MODEL_SETTINGS, **overrides})
 
 
 def loopback_overrides(**extra) -> dict:
@@ -142,6 +153,20 @@ from netguard import loopback_guard  # noqa: E402
 
 NetworkBlocked = loopback_guard.NetworkBlocked
 NETGUARD_DIR = Path(__file__).resolve().parent / "netguard"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_model_for_every_role():
+    """CLI runs in tests (in-process or child processes that inherit the environment) use the
+    fast test model unless a test names another."""
+    saved = {k: os.environ.get(k) for k in TEST_MODEL_ENV}
+    os.environ.update(TEST_MODEL_ENV)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cached_calls
+from conftest import TEST_MODEL_ENV, cached_calls
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +31,7 @@ RUN_SPECIFIC = ("stats", "run_id")
 def appliance(args: list[str], home: Path, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     env["APPLIANCE_HOME"] = str(home)
+    env.update(TEST_MODEL_ENV)
     return subprocess.run([sys.executable, "-m", "appliance", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=1200, **kwargs)
 
@@ -90,6 +91,7 @@ def test_sigkill_then_rerun_replays_to_the_same_report(corpus_home, tmp_path):
     # Kill a second run part-way, once some of its calls are in the cache.
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     env["APPLIANCE_HOME"] = str(home)
+    env.update(TEST_MODEL_ENV)
     proc = subprocess.Popen([sys.executable, "-m", "appliance", *args, "--out", str(tmp_path / "killed")],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 900

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_FILE, MODEL_MANIFEST, require_model_file
+from conftest import MODEL_FILE, MODEL_MANIFEST, TEST_MODEL_ENV, require_model_file
 
 from appliance.cli import main
 from appliance.errors import ModelError
@@ -27,8 +27,10 @@ def env(tmp_path) -> dict[str, str]:
     models.mkdir()
     config = tmp_path / "appliance.toml"
     config.write_text("", encoding="utf-8")
+    # The manifest's own roles decide here: the suite's test-model variables are unset.
     return {"APPLIANCE_HOME": str(tmp_path / "home"), "APPLIANCE_CONFIG": str(config),
-            "APPLIANCE_MODELS_MANIFEST": str(models / "models.toml"), "APPLIANCE_SEARXNG_URL": ""}
+            "APPLIANCE_MODELS_MANIFEST": str(models / "models.toml"), "APPLIANCE_SEARXNG_URL": "",
+            **{key: None for key in TEST_MODEL_ENV}}
 
 
 def manifest_of(env) -> Path:
@@ -75,12 +77,35 @@ def truncated(tmp_path, nbytes: int) -> Path:
 # ---------------------------------------------------------------- list
 
 
-def test_committed_manifest_lists_the_default_model():
+def test_committed_manifest_lists_the_default_model_and_the_test_model():
     manifest = load_manifest(MODEL_MANIFEST)
-    (entry,) = manifest.models
-    assert (entry.name, entry.file, entry.sha256) == ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", GOOD_SHA)
-    assert set(entry.roles) == {"planner", "extractor", "verifier", "writer"}
-    assert entry.n_ctx_train == read_gguf(MODEL_FILE).context_length == 8192
+    default, small = manifest.models
+    assert (default.name, default.file, default.size, default.file_type) == (
+        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", 1_117_320_768, 15)
+    assert default.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert default.gguf_name == "Qwen2.5 Coder 1.5B Instruct GGUF"
+    assert set(default.roles) == {"planner", "extractor", "verifier", "writer"}
+    # The fast test model stays installed, serving no role unless a test or user names it.
+    assert (small.name, small.file, small.sha256) == ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", GOOD_SHA)
+    assert small.roles == ()
+    assert small.n_ctx_train == read_gguf(MODEL_FILE).context_length == 8192
+    assert small.gguf_name == read_gguf(MODEL_FILE).name
+
+
+def test_a_file_whose_metadata_differs_from_the_manifest_is_refused(env):
+    """Right size and hash recorded, but the manifest expects another model's metadata (a
+    hand-edited entry naming the wrong file): one line in `models verify` and `doctor`."""
+    path = write_manifest(env, file=str(MODEL_FILE), size=MODEL_FILE.stat().st_size)
+    path.write_text(path.read_text() + 'gguf_name = "Qwen2.5 Coder 1.5B Instruct GGUF"\n', encoding="utf-8")
+    before = path.read_text()
+    result = run(env, "models", "verify")
+    assert result.exit_code == 3, result.output
+    assert "Qwen2.5 Coder 1.5B Instruct GGUF" in result.stderr and "Traceback" not in result.output
+    doctor = run(env, "doctor", "--skip-models")
+    assert doctor.exit_code == 1
+    assert any(line.startswith("FAIL  model smollm2-135m") and "GGUF metadata" in line
+               for line in doctor.stdout.splitlines()), doctor.stdout
+    assert path.read_text() == before
 
 
 def test_list_shows_present_and_missing(env):

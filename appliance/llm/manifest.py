@@ -43,6 +43,8 @@ _HEADER = """\
 #   roles        planner, extractor, verifier, writer: the first model listing a role serves
 #                it unless [models] in the config names another
 #   source       where the file came from (informational)
+#   gguf_name    optional: the file's general.name metadata, checked with the file
+#   file_type    optional: the file's general.file_type (quantisation, 15 = Q4_K_M), checked too
 # `appliance models add PATH` and `make models` write this file; hand edits are fine.
 """
 
@@ -59,6 +61,10 @@ class ModelEntry:
     chat_format: str = ""
     size: int | None = None
     source: str = ""
+    # Expected GGUF metadata ("" / None: not checked): a file with the right hash but the
+    # wrong metadata cannot exist, but a hand-edited entry can name the wrong file.
+    gguf_name: str = ""
+    file_type: int | None = None
 
     def path(self, base: Path) -> Path:
         """The GGUF file's location; relative files are relative to the manifest's folder."""
@@ -137,7 +143,8 @@ def _entry_from_table(table: object, path: Path, index: int) -> ModelEntry:
     where = f"model manifest {path}, entry {index + 1}"
     if not isinstance(table, dict):
         raise ConfigError(f"{where} is not a table")
-    known = {"name", "file", "sha256", "n_ctx_train", "roles", "chat_format", "size", "source"}
+    known = {"name", "file", "sha256", "n_ctx_train", "roles", "chat_format", "size", "source",
+             "gguf_name", "file_type"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}",
@@ -163,11 +170,15 @@ def _entry_from_table(table: object, path: Path, index: int) -> ModelEntry:
         raise ConfigError(f"{where} ({name}): 'size' must be a byte count")
     chat_format = table.get("chat_format", "")
     source = table.get("source", "")
-    if not isinstance(chat_format, str) or not isinstance(source, str):
-        raise ConfigError(f"{where} ({name}): 'chat_format' and 'source' must be strings")
+    gguf_name = table.get("gguf_name", "")
+    if not isinstance(chat_format, str) or not isinstance(source, str) or not isinstance(gguf_name, str):
+        raise ConfigError(f"{where} ({name}): 'chat_format', 'source' and 'gguf_name' must be strings")
+    file_type = table.get("file_type")
+    if file_type is not None and (not isinstance(file_type, int) or isinstance(file_type, bool)):
+        raise ConfigError(f"{where} ({name}): 'file_type' must be an integer (GGUF general.file_type)")
     return ModelEntry(name=name, file=file, sha256=sha.lower(), n_ctx_train=n_ctx,
                       roles=tuple(dict.fromkeys(roles)), chat_format=chat_format,
-                      size=size, source=source)
+                      size=size, source=source, gguf_name=gguf_name, file_type=file_type)
 
 
 def _toml_str(value: str) -> str:
@@ -190,6 +201,10 @@ def render_manifest(manifest: Manifest) -> str:
         lines.append("roles = [" + ", ".join(_toml_str(r) for r in m.roles) + "]")
         if m.source:
             lines.append(f"source = {_toml_str(m.source)}")
+        if m.gguf_name:
+            lines.append(f"gguf_name = {_toml_str(m.gguf_name)}")
+        if m.file_type is not None:
+            lines.append(f"file_type = {m.file_type}")
         lines.append("")
     return "\n".join(lines)
 
@@ -338,6 +353,7 @@ def check_model_file(manifest: Manifest, entry: ModelEntry, *, hashes: HashCache
         raise ModelError(
             f"model file {path} ('{entry.name}') has {info.size} bytes, the manifest expects {entry.size}",
             hint=f"the file is incomplete or different: {FETCH_HINT}")
+    check_metadata(entry, info, path)
     sha = (hashes or HashCache(None)).sha256(path, rehash=rehash)
     if sha != entry.sha256:
         raise ModelError(
@@ -346,6 +362,19 @@ def check_model_file(manifest: Manifest, entry: ModelEntry, *, hashes: HashCache
             hint=f"the file is corrupt or different: {FETCH_HINT}; "
                  "`appliance models verify` checks every model")
     return info
+
+
+def check_metadata(entry: ModelEntry, info: GGUFInfo, path: Path) -> None:
+    """The GGUF metadata the entry expects (name, quantisation), when it states any."""
+    if entry.gguf_name and info.name != entry.gguf_name:
+        raise ModelError(f"model file {path} ('{entry.name}') is {info.name or 'unnamed'!r} in its "
+                         f"GGUF metadata, the manifest expects {entry.gguf_name!r}",
+                         hint=f"the file is a different model: {FETCH_HINT}")
+    found = info.metadata.get("general.file_type")
+    if entry.file_type is not None and found != entry.file_type:
+        raise ModelError(f"model file {path} ('{entry.name}') has GGUF file_type {found}, "
+                         f"the manifest expects {entry.file_type}",
+                         hint=f"the file is another quantisation of the model: {FETCH_HINT}")
 
 
 # ---------------------------------------------------------------- registering a file
@@ -384,7 +413,8 @@ def register_model(manifest: Manifest, source: str | Path, *, name: str | None =
     sha = (hashes or HashCache(None)).sha256(src)
     file_field = _place_file(manifest, src, copy)
     entry = ModelEntry(name=name, file=file_field, sha256=sha, n_ctx_train=n_ctx, roles=roles,
-                       chat_format=chat_format, size=info.size, source=f"added from {src.resolve()}")
+                       chat_format=chat_format, size=info.size, source=f"added from {src.resolve()}",
+                       gguf_name=info.name, file_type=_int_or_none(info.metadata.get("general.file_type")))
     others = [replace(e, roles=tuple(r for r in e.roles if r not in roles)) for e in manifest.models]
     manifest.models = others + [entry]
     save_manifest(manifest)
@@ -397,6 +427,10 @@ def remove_model(manifest: Manifest, name: str) -> ModelEntry:
     manifest.models = [e for e in manifest.models if e.name != name]
     save_manifest(manifest)
     return entry
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _default_name(path: Path) -> str:

@@ -17,7 +17,7 @@ BENCH ?= ../shared/bench/musique-dev
 Q ?=
 N ?= 10
 
-.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline clean batch eval
+.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes clean batch eval
 
 install: deps models demo-corpus ## virtual environment, every dependency, the default models, the demo corpus
 	@$(BIN)/appliance doctor || true
@@ -57,6 +57,10 @@ bench-sources:
 
 bench-pipeline:
 	$(PY) scripts/bench_pipeline.py --limit $(N)
+
+# Verification alone: the labelled vote set (tests/data/votes.jsonl) through each model's votes.
+bench-votes:
+	$(PY) scripts/bench_votes.py
 
 clean:
 	rm -rf .build .pytest_cache

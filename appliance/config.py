@@ -9,46 +9,192 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .contracts import PROFILES, Backend, Profile
 from .errors import ConfigError, StateError
 
 DEFAULT_CONFIG_FILE = Path("config") / "appliance.toml"
-PROFILES = ("quick", "standard", "deep")
 
 
-class Section:
-    """Read-only attribute access to one settings section."""
+class _Section(BaseModel):
+    """One [section] of the settings, typed: a misspelt setting in code is an AttributeError
+    a type checker sees, not a KeyError at run time."""
 
-    def __init__(self, name: str, values: Mapping[str, Any]):
-        self._name = name
-        self._values = dict(values)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self._values[key]
-        except KeyError:
-            raise AttributeError(f"settings section [{self._name}] has no key {key!r}") from None
 
-    def as_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(self._values)
+class StateSettings(_Section):
+    home: str
+
+
+class OutputSettings(_Section):
+    reports_dir: str
+
+
+class ModelsSettings(_Section):
+    manifest: str
+    planner: str
+    extractor: str
+    verifier: str
+    writer: str
+
+
+class LlmSettings(_Section):
+    n_ctx: int
+    n_threads: int
+    n_batch: int
+    temperature: float
+    vote_temperature: float
+    top_p: float
+    seed: int
+    max_retries: int
+    max_output_tokens: int
+    cache: bool
+
+
+class EmbedSettings(_Section):
+    model_path: str
+    batch_size: int
+
+
+class SearchSettings(_Section):
+    backend: Backend
+    corpus: str
+    results_per_query: int
+
+
+class SearxngSettings(_Section):
+    url: str
+    timeout: float
+    categories: str
+    language: str
+    time_range: str
+
+
+class FetchSettings(_Section):
+    budget: int
+    connect_timeout: float
+    read_timeout: float
+    total_timeout: float
+    max_bytes: int
+    max_redirects: int
+    per_host: int
+    workers: int
+    allow_pdf: bool
+    allow_hosts: list[str]
+    user_agent: str
+    cache: bool
+
+
+class CorpusSettings(_Section):
+    chunk_chars: int
+    paragraph_max_chars: int
+    candidates: int
+    rrf_k: int
+
+
+class PipelineSettings(_Section):
+    profile: Profile
+    min_nodes: int
+    max_nodes: int
+    hard_max_nodes: int
+    min_queries: int
+    max_queries: int
+    iterations: int
+    sources_per_node: int
+    claims_per_source: int
+    source_chars: int
+    quote_sentences: bool
+    quote_similarity: float
+    dedup_threshold: float
+    verify_top: int
+    votes: int
+    refutations_to_kill: int
+    min_valid_votes: int
+    gap_questions: int
+
+
+class SettingsModel(BaseModel):
+    """Every section, typed. Its fields must match the packaged defaults.toml key for key
+    (checked by the tests): the file documents each knob, this class types it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: StateSettings
+    output: OutputSettings
+    models: ModelsSettings
+    llm: LlmSettings
+    embed: EmbedSettings
+    search: SearchSettings
+    searxng: SearxngSettings
+    fetch: FetchSettings
+    corpus: CorpusSettings
+    pipeline: PipelineSettings
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The merged settings. Sections are attributes: ``settings.fetch.budget``."""
+    """The merged settings. Sections are typed attributes: ``settings.fetch.budget``."""
 
     data: dict[str, dict[str, Any]]
     sources: tuple[str, ...] = ()
+    typed: SettingsModel = field(init=False, repr=False, compare=False)
 
-    def __getattr__(self, name: str) -> Section:
-        data = object.__getattribute__(self, "data")
-        if name in data:
-            return Section(name, data[name])
-        raise AttributeError(name)
+    def __post_init__(self) -> None:
+        try:
+            typed = SettingsModel.model_validate(self.data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+            raise ConfigError(f"setting '{where}': {err.get('msg', 'invalid')} (got {err.get('input')!r})",
+                              hint="see appliance/defaults.toml for the allowed values") from None
+        object.__setattr__(self, "typed", typed)
+
+    @property
+    def state(self) -> StateSettings:
+        return self.typed.state
+
+    @property
+    def output(self) -> OutputSettings:
+        return self.typed.output
+
+    @property
+    def models(self) -> ModelsSettings:
+        return self.typed.models
+
+    @property
+    def llm(self) -> LlmSettings:
+        return self.typed.llm
+
+    @property
+    def embed(self) -> EmbedSettings:
+        return self.typed.embed
+
+    @property
+    def search(self) -> SearchSettings:
+        return self.typed.search
+
+    @property
+    def searxng(self) -> SearxngSettings:
+        return self.typed.searxng
+
+    @property
+    def fetch(self) -> FetchSettings:
+        return self.typed.fetch
+
+    @property
+    def corpus(self) -> CorpusSettings:
+        return self.typed.corpus
+
+    @property
+    def pipeline(self) -> PipelineSettings:
+        return self.typed.pipeline
 
     def get(self, dotted: str) -> Any:
         section, key = dotted.split(".", 1)

@@ -7,10 +7,42 @@ its output budget, and carry labels as enums (rule 4) so downstream code ranks b
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Optional
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Any
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+# ---------------------------------------------------------------- names used everywhere
+
+# Each is defined here once; settings, the CLI's choices and the code import them.
+Profile = Literal["quick", "standard", "deep"]
+Backend = Literal["auto", "searxng", "corpus"]
+Role = Literal["planner", "extractor", "verifier", "writer"]
+EvalMode = Literal["pipeline", "rag", "closed-book"]
+PROFILES: tuple[str, ...] = get_args(Profile)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+ROLES: tuple[str, ...] = get_args(Role)
+EVAL_MODES: tuple[str, ...] = get_args(EvalMode)
+
+
+class RunStatus(StrEnum):
+    """How a run ended. ``plan_failed`` and ``error`` are failures (non-zero exit, counted as
+    failed by batch); the others are reports that answer, or say plainly why they cannot."""
+
+    complete = "complete"
+    inconclusive = "inconclusive"
+    no_evidence = "no_evidence"
+    no_sources = "no_sources"
+    synthesis_failed = "synthesis_failed"
+    plan_failed = "plan_failed"
+    error = "error"
+
+    @property
+    def failed(self) -> bool:
+        return self in (RunStatus.plan_failed, RunStatus.error)
 
 
 class SourceQuality(str, Enum):
@@ -73,14 +105,18 @@ class Reflection(_Out):
     queries: list[str] = Field(default_factory=list, max_length=5)
 
 
-class NodeFindings(_Out):
-    findings: str = Field(max_length=800)
-    gaps: list[str] = Field(default_factory=list, max_length=3)
+class VoteVerdict(str, Enum):
+    """What one vote found: the quotes state the claim, contradict it, or say neither."""
+
+    supported = "supported"
+    refuted = "refuted"
+    insufficient = "insufficient"
 
 
 class Vote(_Out):
-    refuted: bool
+    # The reason comes first, so the verdict the grammar asks for next is conditioned on it.
     reason: str = Field(max_length=300)
+    verdict: VoteVerdict
 
 
 class GapQuestions(_Out):
@@ -180,18 +216,35 @@ class MergedClaim(_Rec):
 
 
 class VoteRecord(_Rec):
+    """One vote as cast. ``valid`` is False for an abstention: an ``insufficient`` verdict, a
+    failed call, an empty reason or one copied from the prompt's example."""
+
     claim_id: str
     seed: int
     valid: bool
-    refuted: Optional[bool] = None
+    verdict: Optional[VoteVerdict] = None
     reason: str = ""
+
+    @property
+    def supports(self) -> bool:
+        return self.valid and self.verdict == VoteVerdict.supported
+
+    @property
+    def refutes(self) -> bool:
+        return self.valid and self.verdict == VoteVerdict.refuted
 
 
 class Verdict(_Rec):
+    """The tally of a claim's votes: confirmed iff supporting votes >= min_valid_votes and
+    refutations < refutations_to_kill. ``skipped`` votes were not cast because the outcome
+    was already decided by the votes before them."""
+
     claim_id: str
     confirmed: bool
+    supports: int = 0
     refutations: int
     valid_votes: int
+    skipped: int = 0
     votes: list[VoteRecord]
 
 
@@ -203,10 +256,62 @@ class NodeState(_Rec):
     depends_on: list[str] = []
     status: str = "pending"
     queries: list[str] = []
+    # The node's short answer (a name, date, number...), "" while unknown: children search with it.
+    answer: str = ""
     findings: str = ""
     gaps: list[str] = []
     from_gap_round: bool = False
     error: Optional[str] = None
+
+
+@dataclass
+class CheckedPlan:
+    """A plan after validation and repair; every repair is listed."""
+
+    nodes: list[NodeState]
+    effort: int
+    repairs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CitedStatement:
+    """A statement of the report and the ids of the confirmed claims it rests on."""
+
+    text: str
+    claim_ids: list[str]
+
+
+@dataclass
+class Synthesis:
+    """The writer's text, its statements checked against the confirmed claims they cite."""
+
+    answer: str
+    executive_summary: str
+    findings: list[tuple[str, list[CitedStatement]]] = field(default_factory=list)
+    open_questions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportData:
+    """Everything a report shows: built by the orchestrator, rendered by report.py."""
+
+    question: str
+    status: RunStatus
+    date: str
+    model: str
+    profile: str
+    run_id: str
+    synthesis: Synthesis | None = None
+    # The direct answer (yes/no, a name, date or number) drawn from the confirmed claims.
+    short_answer: str = ""
+    claims: dict[str, MergedClaim] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    nodes: list[NodeState] = field(default_factory=list)
+    sources: dict[str, Source] = field(default_factory=dict)
+    effort: int = 0
+    repairs: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
 
 
 # ---------------------------------------------------------------- per-run bounds

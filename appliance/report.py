@@ -8,24 +8,27 @@ around it: no stray links, headings, tables or code spans.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote as url_quote
 
-from .contracts import MergedClaim, NodeState, Source, Verdict
-from .pipeline.synthesize import CitedStatement, Synthesis
+from .contracts import MergedClaim, ReportData, RunStatus
 
 STATUS_TEXT = {
-    "complete": "complete",
-    "inconclusive": "inconclusive: no claim survived verification",
-    "no_evidence": "no evidence: no source gave a claim with a quote found in its text",
-    "no_sources": "no sources: the searches found nothing that could be read",
-    "plan_failed": "failed: the question could not be planned",
-    "synthesis_failed": "partial: the report could not be written; verified claims are listed as they are",
-    "error": "failed part-way: an unexpected error stopped the run; what was finished is shown",
+    RunStatus.complete: "complete",
+    RunStatus.inconclusive: "inconclusive: no claim survived verification",
+    RunStatus.no_evidence: "no evidence: no source gave a claim with a quote found in its text",
+    RunStatus.no_sources: "no sources: the searches found nothing that could be read",
+    RunStatus.plan_failed: "failed: the question could not be planned",
+    RunStatus.synthesis_failed: "partial: the report could not be written; verified claims are listed as they are",
+    RunStatus.error: "failed part-way: an unexpected error stopped the run; what was finished is shown",
 }
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~&])")
+# Characters that change how a line renders wherever they stand: escapes, code, emphasis,
+# links and images (a bracket: "(" and "!" are inert without one), raw HTML and autolinks,
+# strikethrough and table cells. Entities and line-start markers are handled apart, so
+# ordinary text such as "Ashman (born 1964)" stays as it reads.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|~])")
+_ENTITY = re.compile(r"&(?=#?\w+;)")
 # Control characters (a page's terminal escape sequences would act on `cat report.md`) and the
 # bidirectional overrides that make text display in another order than it reads.
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -42,10 +45,11 @@ def md_inline(text: str) -> str:
     """One line of text made inert for markdown (escapes, no newlines, no leading list marks)."""
     text = plain_line(text)
     text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = _ENTITY.sub(r"\\&", text)
     # A line may not start a list, a setext underline or a quote: escape the marker itself
     # ("1\." - a backslash before the digit would not be an escape and would show).
     text = re.sub(r"^(\d+)([.)])", r"\1\\\2", text)
-    return re.sub(r"^([-=>])", r"\\\1", text)
+    return re.sub(r"^([-=>#+])", r"\\\1", text)
 
 
 def md_url(url: str) -> str:
@@ -58,27 +62,6 @@ def md_url(url: str) -> str:
     if not quoted.lower().startswith(_LINK_SCHEMES):
         return md_inline(url)
     return "<" + quoted + ">"
-
-
-@dataclass
-class ReportData:
-    """Everything a report shows; built by the orchestrator, rendered here."""
-
-    question: str
-    status: str
-    date: str
-    model: str
-    profile: str
-    run_id: str
-    synthesis: Synthesis | None = None
-    claims: dict[str, MergedClaim] = field(default_factory=dict)
-    verdicts: dict[str, Verdict] = field(default_factory=dict)
-    nodes: list[NodeState] = field(default_factory=list)
-    sources: dict[str, Source] = field(default_factory=dict)
-    effort: int = 0
-    repairs: list[str] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-    error: str = ""
 
 
 class Citations:
@@ -118,7 +101,7 @@ def render_markdown(data: ReportData) -> str:
     cites = Citations(data)
     out = [f"# Deep Dive: {md_inline(data.question)}", "",
            f"*{data.date} · model {md_inline(data.model)} · profile {data.profile} · "
-           f"status: {STATUS_TEXT.get(data.status, data.status)}*", ""]
+           f"status: {STATUS_TEXT[data.status]}*", ""]
     out += _answer_sections(data)
     out += ["## Findings", ""] + _findings(data, cites)
     out += ["## Open Questions", ""] + _open_questions(data)
@@ -129,21 +112,24 @@ def render_markdown(data: ReportData) -> str:
 
 def _answer_sections(data: ReportData) -> list[str]:
     syn = data.synthesis
+    direct = f"**{md_inline(data.short_answer)}.**" if data.short_answer else ""
     if syn is not None:
-        return ["## Answer", "", md_inline(syn.answer) or "_No answer was written._", "",
+        answer = " ".join(part for part in (direct, md_inline(syn.answer)) if part)
+        return ["## Answer", "", answer or "_No answer was written._", "",
                 "## Executive Summary", "", md_inline(syn.executive_summary) or "_None._", ""]
     explain = {
-        "inconclusive": "Inconclusive. Claims were found, but none survived adversarial "
+        RunStatus.inconclusive: "Inconclusive. Claims were found, but none survived adversarial "
                         "verification (refuted, or too few valid votes); they are listed below "
                         "with their votes.",
-        "no_evidence": "No answer: sources were read, but none gave a claim whose quote could be "
+        RunStatus.no_evidence: "No answer: sources were read, but none gave a claim whose quote could be "
                        "found in the source text.",
-        "no_sources": "No answer: the searches found no source that could be read.",
-        "plan_failed": "No answer: the research could not start because planning failed.",
-        "synthesis_failed": "The report text could not be written; the verified claims are "
+        RunStatus.no_sources: "No answer: the searches found no source that could be read.",
+        RunStatus.plan_failed: "No answer: the research could not start because planning failed.",
+        RunStatus.synthesis_failed: "The report text could not be written; the verified claims are "
                             "listed below as they are, each with its sources.",
     }.get(data.status, "No answer.")
     summary = md_inline(data.error) if data.error else "See the run statistics below for what was tried."
+    explain = f"{direct} {explain}" if direct else explain
     return ["## Answer", "", explain, "", "## Executive Summary", "", summary, ""]
 
 
@@ -166,7 +152,7 @@ def _findings(data: ReportData, cites: Citations) -> list[str]:
             lines.append(f"- {md_inline(claim.text)} {marks}")
         lines.append("")
     refuted = _refuted(data)
-    if data.status == "inconclusive" and refuted:
+    if data.status == RunStatus.inconclusive and refuted:
         lines += ["### Claims not confirmed", ""]
         for claim in refuted:
             marks, _ = cites.marks([claim.id])
@@ -213,9 +199,12 @@ STAT_ROWS = [
     ("claims_extracted", "claims extracted"), ("quotes_rejected", "quotes rejected (not in source)"),
     ("claims_from_quote", "claims restated as their quote (wording not in it)"),
     ("extraction_failures", "extractions failed"), ("claims_merged", "claims merged as duplicates"),
-    ("claims_after_dedup", "distinct claims"), ("verified", "claims verified"),
+    ("claims_after_dedup", "distinct claims"),
+    ("claims_tangential", "claims not verified (tangential to their sub-question)"),
+    ("verified", "claims verified"),
     ("confirmed", "claims confirmed"), ("killed", "claims killed"),
     ("votes_valid", "valid votes"), ("votes_invalid", "failed or abstaining votes"),
+    ("votes_skipped", "votes not cast (outcome already decided)"),
     ("citations_dropped", "citations dropped (not verified)"),
     ("statements_dropped", "statements dropped (no verified citation, or not resting on it)"),
     ("texts_dropped", "answer or summary dropped (not resting on the verified claims)"),
@@ -260,12 +249,13 @@ def render_json(data: ReportData) -> dict[str, Any]:
         findings.append({"theme": "Verified claims", "statements": [
             {"text": claim.text, "claim_ids": [claim.id], "citations": cites.marks([claim.id])[1]}
             for claim in _confirmed(data)]})
-    if data.status == "inconclusive":
+    if data.status == RunStatus.inconclusive:
         for claim in _refuted(data):
             cites.marks([claim.id])
     return {
-        "question": data.question, "status": data.status, "date": data.date, "model": data.model,
+        "question": data.question, "status": data.status.value, "date": data.date, "model": data.model,
         "profile": data.profile, "run_id": data.run_id, "error": data.error or None,
+        "short_answer": data.short_answer,
         "answer": data.synthesis.answer if data.synthesis else "",
         "executive_summary": data.synthesis.executive_summary if data.synthesis else "",
         "findings": findings,
@@ -288,4 +278,4 @@ def _source_json(data: ReportData, url: str, n: int, cites: Citations) -> dict[s
             "published": src.published if src else None, "quotes": cites.quotes.get(url, [])}
 
 
-__all__ = ["ReportData", "render_markdown", "render_json", "md_inline", "md_url", "CitedStatement"]
+__all__ = ["render_markdown", "render_json", "md_inline", "md_url", "plain_line"]

@@ -95,7 +95,7 @@ from appliance.report import STAT_ROWS, ReportData, render_json, render_markdown
 from appliance.sources.fetch import Fetcher, PageCache
 from appliance.sources.searxng import SearxngBackend
 from appliance.sources.urls import UrlLedger, normalize_url
-from conftest import REPO, cached_calls, loopback_overrides, make_settings, read_jsonl
+from conftest import TEST_MODEL_ENV, REPO, cached_calls, loopback_overrides, make_settings, read_jsonl
 from fakes import FakeBackend, FakeEngine, fail
 
 MANIFEST = REPO / "models" / "models.toml"
@@ -116,7 +116,7 @@ def app_env(home: Path, **extra: str) -> dict[str, str | None]:
     env.update(APPLIANCE_HOME=str(home), APPLIANCE_MODELS_MANIFEST=str(MANIFEST),
                APPLIANCE_LLM_N_THREADS="1", APPLIANCE_FETCH_ALLOW_HOSTS="127.0.0.1",
                APPLIANCE_FETCH_CONNECT_TIMEOUT="2", APPLIANCE_FETCH_READ_TIMEOUT="2",
-               APPLIANCE_FETCH_TOTAL_TIMEOUT="4", APPLIANCE_SEARXNG_TIMEOUT="8")
+               APPLIANCE_FETCH_TOTAL_TIMEOUT="4", APPLIANCE_SEARXNG_TIMEOUT="8", **TEST_MODEL_ENV)
     env.update(extra)
     return env
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from appliance.config import load_settings
-from appliance.contracts import (Extraction, GapQuestions, Hit, NodeFindings, Plan, PlanNode,
-                                 ReportDraft, SearchQueries, VoteRecord)
+from appliance.contracts import (Extraction, GapQuestions, Hit, Importance, Plan, PlanNode,
+                                 ReportDraft, SearchQueries, ShortAnswer, VoteRecord, VoteVerdict)
 from appliance.embed import get_embedder
 from appliance.pipeline.plan import check_plan, topo_order
 from appliance.pipeline.quotes import quotable_sentences
 from appliance.pipeline.run import Models, clean_question, research, slugify
-from appliance.pipeline.verify import tally
+from appliance.pipeline.verify import VoteRule, tally
 from appliance.errors import UsageError
 
 from fakes import FakeBackend, FakeEngine, FakeFetcher, fail
@@ -47,12 +47,13 @@ def _extract(messages, seed):
 
 
 def script(votes=None, **over):
-    votes = votes or (lambda messages, seed: {"refuted": False, "reason": "the quote states it"})
+    votes = votes or (lambda messages, seed: {"reason": "the quote states it", "verdict": "supported"})
     base = {
         "plan": _plan,
         "queries": lambda m, s: SearchQueries(queries=["jane roe birthplace"]),
         "extract": _extract,
-        "findings": lambda m, s: NodeFindings(findings="Jane Roe founded Alpha Corp.", gaps=[]),
+        "node-answer": lambda m, s: ShortAnswer(answer="Jane Roe"),
+        "answer": lambda m, s: ShortAnswer(answer="Lisbon"),
         "vote": votes,
         "gaps": lambda m, s: GapQuestions(questions=[]),
         "synthesize": lambda m, s: ReportDraft(
@@ -83,14 +84,14 @@ def run_fake(settings, tmp_path, engine, hits=HITS, pages=PAGES):
 
 # ------------------------------------------------------------------ voting arithmetic
 
+RULE = VoteRule(votes=3, min_valid=2, kill_at=2)
+_OUTCOMES = {"keep": (True, VoteVerdict.supported), "refute": (True, VoteVerdict.refuted),
+             "unsure": (False, VoteVerdict.insufficient), "abstain": (False, None)}
+
+
 def _votes(*outcomes):
-    votes = []
-    for i, o in enumerate(outcomes):
-        if o == "abstain":
-            votes.append(VoteRecord(claim_id="m1", seed=i, valid=False, reason="failed"))
-        else:
-            votes.append(VoteRecord(claim_id="m1", seed=i, valid=True, refuted=(o == "refute"), reason="r"))
-    return votes
+    return [VoteRecord(claim_id="m1", seed=i, valid=_OUTCOMES[o][0], verdict=_OUTCOMES[o][1], reason="r")
+            for i, o in enumerate(outcomes)]
 
 
 @pytest.mark.parametrize("outcomes,survives", [
@@ -101,59 +102,129 @@ def _votes(*outcomes):
     (("keep", "refute", "refute"), False),
     (("refute", "refute", "refute"), False),
     (("keep", "keep", "abstain"), True),
-    (("keep", "refute", "abstain"), True),
+    (("keep", "refute", "abstain"), False),   # one supporting vote is not enough
+    (("keep", "unsure", "unsure"), False),    # doubt is not support...
+    (("keep", "keep", "unsure"), True),       # ...and does not kill a true claim
+    (("unsure", "unsure", "unsure"), False),
 ])
 def test_tally(outcomes, survives):
-    assert tally("m1", _votes(*outcomes), min_valid=2, kill_at=2).confirmed is survives
+    assert tally("m1", _votes(*outcomes), RULE).confirmed is survives
+
+
+def test_an_early_stop_never_changes_the_verdict():
+    """Votes stop once the outcome is decided: for every sequence of three votes, the verdict
+    on the votes actually cast equals the verdict on all three."""
+    import itertools
+
+    for rule in (RULE, VoteRule(votes=5, min_valid=3, kill_at=2), VoteRule(votes=3, min_valid=1, kill_at=1)):
+        for outcomes in itertools.product(_OUTCOMES, repeat=rule.votes):
+            votes = _votes(*outcomes)
+            cast = []
+            for index, vote in enumerate(votes):
+                supports = sum(v.supports for v in cast)
+                refutations = sum(v.refutes for v in cast)
+                if rule.decided(supports, refutations, rule.votes - index):
+                    break
+                cast.append(vote)
+            assert tally("m1", cast, rule).confirmed is tally("m1", votes, rule).confirmed, outcomes
 
 
 def test_all_abstain_never_survives_in_a_run(flow_settings, tmp_path):
     engine = FakeEngine(script(votes=lambda m, s: fail("vote")))
     result = run_fake(flow_settings, tmp_path, engine)
+    stats = result.report["stats"]
     assert result.status == "inconclusive"
-    assert result.report["stats"]["confirmed"] == 0
-    assert result.report["stats"]["votes_invalid"] == result.report["stats"]["verified"] * 3
+    assert stats["confirmed"] == 0
+    # Two failed votes leave too few for two supporting ones: the third is not cast.
+    assert stats["votes_invalid"] == stats["verified"] * 2 and stats["votes_skipped"] == stats["verified"]
+    assert stats["model_failures"] >= stats["votes_invalid"]
     assert "## Answer" in result.markdown_path.read_text()
 
 
+def test_insufficient_is_an_abstention_not_a_refutation(flow_settings, tmp_path):
+    engine = FakeEngine(script(votes=lambda m, s: {"reason": "The quote names no such thing.",
+                                                   "verdict": "insufficient"}))
+    result = run_fake(flow_settings, tmp_path, engine)
+    assert result.status == "inconclusive"
+    for claim in result.report["claims"]:
+        if claim["verdict"]:
+            assert claim["verdict"]["refutations"] == 0 and claim["verdict"]["valid_votes"] == 0
+
+
 def test_empty_reason_is_an_abstention(flow_settings, tmp_path):
-    engine = FakeEngine(script(votes=lambda m, s: {"refuted": False, "reason": "  "}))
+    engine = FakeEngine(script(votes=lambda m, s: {"reason": "  ", "verdict": "supported"}))
     result = run_fake(flow_settings, tmp_path, engine)
     assert result.report["stats"]["confirmed"] == 0
 
 
 def test_a_vote_that_copies_the_example_is_an_abstention(flow_settings, tmp_path):
-    engine = FakeEngine(script(votes=lambda m, s: {"refuted": False, "reason": "The quote names Frank Herbert as the author."}))
+    engine = FakeEngine(script(votes=lambda m, s: {"reason": "The quote calls Dune a novel by Frank Herbert.",
+                                                   "verdict": "supported"}))
     result = run_fake(flow_settings, tmp_path, engine)
     assert result.report["stats"]["confirmed"] == 0
     assert result.report["stats"]["votes_valid"] == 0
 
 
-def test_votes_use_distinct_seeds_back_to_back(flow_settings, tmp_path):
-    engine = FakeEngine(script())
-    run_fake(flow_settings, tmp_path, engine)
-    votes = [i for i, (p, _) in enumerate(engine.calls) if p == "vote"]
-    assert votes and len(votes) % 3 == 0
-    for k in range(0, len(votes), 3):
-        trio = votes[k:k + 3]
-        assert trio == list(range(trio[0], trio[0] + 3)), "votes on one claim must run back to back"
-        assert len({engine.calls[i][1] for i in trio}) == 3
+def test_the_vote_schema_asks_for_the_reason_first():
+    from appliance.contracts import Vote
+
+    assert list(Vote.model_json_schema()["properties"]) == ["reason", "verdict"]
+    assert set(Vote.model_json_schema()["$defs"]["VoteVerdict"]["enum"]) == {"supported", "refuted", "insufficient"}
 
 
-def test_two_one_survives_one_two_dies(flow_settings, tmp_path):
+def test_votes_on_a_claim_run_back_to_back_with_distinct_seeds(flow_settings, tmp_path):
+    cast: list[tuple[str, int]] = []
+
+    def vote(messages, seed):
+        cast.append((messages[-1]["content"], seed))
+        return {"reason": "the quote states it", "verdict": "supported"}
+
+    run_fake(flow_settings, tmp_path, FakeEngine(script(votes=vote)))
+    claims = list(dict.fromkeys(prompt for prompt, _ in cast))
+    assert claims
+    for claim in claims:
+        positions = [i for i, (prompt, _) in enumerate(cast) if prompt == claim]
+        # Two supporting votes decide a claim: the third is never cast.
+        assert len(positions) == 2 and positions[1] == positions[0] + 1
+        assert len({cast[i][1] for i in positions}) == 2
+
+
+def test_two_supports_confirm_two_refutations_kill(flow_settings, tmp_path):
+    """Per claim, votes in order: Lisbon gets supported, refuted, supported (confirmed with one
+    refutation); the founding claim gets supported, refuted, refuted (killed)."""
+    plans = {"Lisbon": ["supported", "refuted", "supported"], "founded": ["supported", "refuted", "refuted"]}
+    cast: dict[str, int] = {}
+
     def split(m, s):
-        split.n += 1
-        claim = m[-1]["content"]
-        refute = (split.n % 3 == 0) if "Lisbon" in claim else (split.n % 3 != 1)
-        return {"refuted": refute, "reason": "checked"}
-    split.n = 0
+        claim = m[-1]["content"].split("Claim: ")[-1]
+        key = "Lisbon" if "Lisbon" in claim else "founded"
+        n = cast[key] = cast.get(key, 0) + 1
+        return {"reason": "checked against the quote", "verdict": plans[key][n - 1]}
+
     engine = FakeEngine(script(votes=split))
     result = run_fake(flow_settings, tmp_path, engine)
     verdicts = {c["text"]: c["verdict"] for c in result.report["claims"] if c["verdict"]}
     lisbon = next(v for t, v in verdicts.items() if "Lisbon" in t)
     founded = next(v for t, v in verdicts.items() if "founded" in t)
-    assert lisbon["confirmed"] and lisbon["refutations"] == 1
+    assert lisbon["confirmed"] and lisbon["refutations"] == 1 and lisbon["supports"] == 2
     assert not founded["confirmed"] and founded["refutations"] == 2
+
+
+def test_tangential_claims_are_not_verified(flow_settings, tmp_path):
+    def extract(messages, seed):
+        out = _extract(messages, seed)
+        for claim in out.claims:
+            if "rockets" in claim.claim or "Lisbon" in claim.claim:
+                continue
+            claim.importance = Importance.tangential
+        return out
+
+    engine = FakeEngine(script(extract=extract))
+    result = run_fake(flow_settings, tmp_path, engine)
+    stats = result.report["stats"]
+    assert stats["claims_tangential"] >= 1
+    verified = [c for c in result.report["claims"] if c["verdict"]]
+    assert verified and all(c["importance"] != "tangential" for c in verified)
 
 
 # ------------------------------------------------------------------ plan repair
@@ -257,7 +328,7 @@ def test_no_sources_report(flow_settings, tmp_path):
 
 
 def test_every_claim_refuted_is_inconclusive_and_lists_them(flow_settings, tmp_path):
-    engine = FakeEngine(script(votes=lambda m, s: {"refuted": True, "reason": "quote does not say so"}))
+    engine = FakeEngine(script(votes=lambda m, s: {"reason": "quote does not say so", "verdict": "refuted"}))
     result = run_fake(flow_settings, tmp_path, engine)
     assert result.status == "inconclusive"
     md = result.markdown_path.read_text()
@@ -301,7 +372,9 @@ def test_written_text_must_rest_on_the_verified_claims(flow_settings, tmp_path):
     texts = [st["text"] for f in report["findings"] for st in f["statements"]]
     assert texts == ["Jane Roe founded Alpha Corp."]
     md = result.markdown_path.read_text()
-    assert "Dustin" not in md and "2018-04-23" not in md and "_No answer was written._" in md
+    assert "Dustin" not in md and "2018-04-23" not in md
+    # The prose answer is gone; the direct answer drawn from the claims stays.
+    assert md.split("## Answer")[1].split("##")[0].strip() == "**Lisbon.**"
 
 
 def test_synthesis_failure_lists_verified_claims(flow_settings, tmp_path):
@@ -323,7 +396,7 @@ def test_extraction_failures_are_counted_not_fatal(flow_settings, tmp_path):
 def test_unexpected_error_still_writes_a_report(flow_settings, tmp_path):
     def boom(m, s):
         raise RuntimeError("disk controller on fire")
-    engine = FakeEngine(script(gaps=boom, findings=lambda m, s: NodeFindings(findings="x", gaps=["what else?"])))
+    engine = FakeEngine(script(gaps=boom, **{"node-answer": lambda m, s: ShortAnswer(answer="unknown")}))
     result = run_fake(flow_settings, tmp_path, engine)
     assert result.status == "error" and result.exit_code == 1
     assert "disk controller on fire" in result.markdown_path.read_text()
@@ -436,7 +509,7 @@ def test_a_paraphrased_quote_cannot_pass_the_sentence_schema(flow_settings, tmp_
 def test_gap_round_runs_once_and_never_recurses(flow_settings, tmp_path):
     settings = flow_settings.with_overrides({"pipeline.gap_questions": 2})
     engine = FakeEngine(script(
-        findings=lambda m, s: NodeFindings(findings="f", gaps=["When did she die?"]),
+        **{"node-answer": lambda m, s: ShortAnswer(answer="unknown")},
         gaps=lambda m, s: GapQuestions(questions=["When did Jane Roe die?", "Who succeeded Jane Roe?"])))
     result = run_fake(settings, tmp_path, engine)
     purposes = [p for p, _ in engine.calls]
@@ -452,18 +525,110 @@ def test_barrier_waits_for_every_node(flow_settings, tmp_path):
     purposes = [p for p, _ in engine.calls]
     first_vote = purposes.index("vote")
     main_round = purposes[:purposes.index("gaps")] if "gaps" in purposes else purposes
-    assert all(p not in ("extract", "findings", "queries") for p in main_round[first_vote:])
+    assert all(p not in ("extract", "node-answer", "queries") for p in main_round[first_vote:])
 
 
-def test_child_prompts_carry_parent_findings(flow_settings, tmp_path):
+def test_children_search_and_read_with_their_parents_answers(flow_settings, tmp_path):
+    """Multi-hop: once q1 found "Jane Roe", q2 ("Where was the founder born?") searches with
+    that name (no model call for its query) and its extraction prompt carries it."""
+    extract_prompts = []
+
+    def extract(messages, seed):
+        extract_prompts.append(messages[-1]["content"])
+        return _extract(messages, seed)
+
+    backend = FakeBackend(HITS)
+    engine = FakeEngine(script(extract=extract))
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    result = research("Where was the founder of Alpha Corp born?", flow_settings, models=models,
+                      backend=backend, fetcher=FakeFetcher(PAGES), embedder=get_embedder(flow_settings),
+                      out_dir=tmp_path / "reports")
+    assert "queries" not in [p for p, _ in engine.calls]
+    assert backend.queries[:2] == ["Who founded Alpha Corp?", "Where was the founder born? Jane Roe"]
+    nodes = {n["id"]: n for n in result.report["plan"]["nodes"]}
+    assert nodes["q1"]["answer"] == "Jane Roe"
+    child = [p for p in extract_prompts if p.startswith("Sub-question: Where was the founder born?")]
+    assert child and all("Who founded Alpha Corp? Jane Roe." in p for p in child)
+
+
+def test_with_more_queries_the_model_writes_them_from_the_parents_answers(flow_settings, tmp_path):
     seen = []
 
     def queries(m, s):
         seen.append(m[-1]["content"])
         return SearchQueries(queries=["jane roe birthplace"])
+
+    settings = flow_settings.with_overrides({"pipeline.min_queries": 2, "pipeline.max_queries": 2})
     engine = FakeEngine(script(queries=queries))
-    run_fake(flow_settings, tmp_path, engine)
-    assert seen and "Jane Roe founded Alpha Corp." in seen[0]
+    run_fake(settings, tmp_path, engine)
+    assert any("Who founded Alpha Corp? Jane Roe." in text for text in seen)
+
+
+def test_an_answer_the_claims_do_not_bear_is_not_carried_forward(flow_settings, tmp_path):
+    backend = FakeBackend(HITS)
+    engine = FakeEngine(script(**{"node-answer": lambda m, s: ShortAnswer(answer="Marie Curie")}))
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    result = research("Where was the founder of Alpha Corp born?", flow_settings, models=models,
+                      backend=backend, fetcher=FakeFetcher(PAGES), embedder=get_embedder(flow_settings),
+                      out_dir=tmp_path / "reports")
+    assert all(n["answer"] == "" for n in result.report["plan"]["nodes"])
+    assert "Where was the founder born?" in backend.queries
+
+
+def test_a_node_answer_is_read_from_the_sentences_its_claims_quote(flow_settings, tmp_path):
+    """A node's short answer comes from the short-answer prompt over the verbatim sentences its
+    claims quote (with their source titles); an unanswered node becomes a gap."""
+    seen = []
+
+    def node_answer(messages, seed):
+        seen.append(messages)
+        return ShortAnswer(answer="Jane Roe" if "founded" in messages[-1]["content"] else "unknown")
+
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(**{"node-answer": node_answer})))
+    import datetime as dt
+
+    from appliance.pipeline import prompts
+    system = prompts.short_answer("q", "e", dt.date.today().isoformat())[0]["content"]
+    assert seen and all(m[0]["content"] == system for m in seen)
+    first = seen[0][-1]["content"]
+    assert "[1] one: Alpha Corp was founded in 1901 by Jane Roe" in first
+    assert first.rstrip().endswith("Question: Who founded Alpha Corp?")
+    nodes = {n["id"]: n for n in result.report["plan"]["nodes"]}
+    assert nodes["q1"]["answer"] == "Jane Roe" and nodes["q1"]["gaps"] == []
+    assert nodes["q2"]["answer"] == "" and nodes["q2"]["gaps"] == ["Where was the founder born?"]
+
+
+# ------------------------------------------------------------------ the answer in the asked form
+
+def test_the_answer_opens_with_the_direct_answer(flow_settings, tmp_path):
+    seen = []
+
+    def answer(messages, seed):
+        seen.append(messages)
+        return ShortAnswer(answer="Lisbon.")
+
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=answer)))
+    assert result.report["short_answer"] == "Lisbon"
+    md = result.markdown_path.read_text()
+    answer_section = md.split("## Answer")[1].split("##")[0].strip()
+    assert answer_section.startswith("**Lisbon.**") and "Jane Roe, born in Lisbon." in answer_section
+    # The same short-answer prompt as the baselines, fed with the confirmed claims and quotes.
+    from appliance.pipeline import prompts
+    assert seen[0][0] == prompts.short_answer("x", "y", "z")[0] | {"content": seen[0][0]["content"]}
+    assert seen[0][0]["content"].startswith("Answer with the shortest phrase")
+    assert '"Jane Roe was born in 1870 in Lisbon' in seen[0][1]["content"]
+
+
+@pytest.mark.parametrize("given", ["unknown", "Marie Curie", "Frank Herbert"])
+def test_a_direct_answer_not_resting_on_the_claims_is_dropped(given, flow_settings, tmp_path):
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=lambda m, s: ShortAnswer(answer=given))))
+    assert result.report["short_answer"] == ""
+    assert "**" not in result.markdown_path.read_text().split("## Answer")[1].split("##")[0]
+
+
+def test_yes_no_answers_are_kept(flow_settings, tmp_path):
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=lambda m, s: ShortAnswer(answer="Yes"))))
+    assert result.report["short_answer"] == "Yes"
 
 
 def test_url_duplicates_and_budget_drops_are_counted(flow_settings, tmp_path):

@@ -1,6 +1,7 @@
 """Run a question set in each mode and score it.
 
-Modes: ``pipeline`` (the full research pipeline; its short answer and cited sources),
+Modes: ``pipeline`` (the full research pipeline; the direct answer it draws from its confirmed
+claims with the same short-answer prompt as the baselines, and its cited sources),
 ``rag`` (one retrieval of the top passages and one model call: the baseline) and
 ``closed-book`` (the model alone). Results are appended per question as JSON lines, so an
 interrupted eval resumes where it stopped; model calls replay from the call cache.
@@ -17,17 +18,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import Settings
-from ..contracts import ShortAnswer
+from ..contracts import EVAL_MODES, ShortAnswer
 from ..errors import ModelOutputError, UsageError
 from ..pipeline import prompts
 from ..pipeline.quotes import _normalise
 from . import scoring
 
-MODES = ("pipeline", "rag", "closed-book")
+MODES = EVAL_MODES
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
-PIPELINE_STATS = ("nodes", "sources_fetched", "claims_extracted", "quotes_rejected", "claims_from_quote",
-                  "claims_merged", "claims_after_dedup", "verified", "confirmed", "killed", "llm_busy_share",
+PIPELINE_STATS = ("nodes", "sources_fetched", "claims_extracted", "quotes_rejected", "claims_from_quote", "claims_tangential",
+                  "claims_merged", "claims_after_dedup", "verified", "confirmed", "killed", "votes_skipped",
+                  "llm_busy_share",
                   "wall_seconds")
 
 
@@ -180,7 +182,9 @@ class EvalRun:
         report = result.report
         cited = [passage_id(s["url"]) for s in report.get("sources", [])]
         faithful = quote_faithfulness(report, lambda url: self.fetcher.fetch(url).text)
-        return report.get("answer", ""), cited, faithful, result.status, report.get("stats", {})
+        # The report's direct answer: drawn from its confirmed claims and their quotes by the same
+        # short-answer prompt rag and closed-book use (one call of the run, counted in its stats).
+        return report.get("short_answer", ""), cited, faithful, result.status, report.get("stats", {})
 
     def _rag(self, item: dict) -> tuple[str, list[str]]:
         hits = self.backend.search(item["question"], RAG_PASSAGES)

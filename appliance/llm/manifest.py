@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Iterable
 
 from ..config import Settings, state_dir
+from ..contracts import ROLES
 from ..errors import ConfigError, ModelError, StateError, UsageError
 from .gguf import GGUFInfo, read_gguf
 
-ROLES = ("planner", "extractor", "verifier", "writer")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CHUNK = 1 << 20

@@ -7,10 +7,9 @@ not looked at again.
 from __future__ import annotations
 
 from ..contracts import GapQuestions, MergedClaim, NodeState, bounded
-from ..errors import ModelOutputError
 from . import prompts
 from .gather import dedupe_text
-from .state import RunContext
+from .state import RunContext, ask
 
 MAX_KNOWN = 10
 
@@ -27,11 +26,9 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
         return []
     known = "\n".join(f"- {c.text}" for c in confirmed[:MAX_KNOWN])
     messages = prompts.gaps(run.ctx, "\n".join(f"- {g}" for g in gaps[:8]), known, limit)
-    try:
-        out = run.models.planner.structured(messages, bounded(GapQuestions, questions=(0, limit)),
-                                            max_tokens=prompts.GAPS_TOKENS, purpose="gaps")
-    except ModelOutputError:
-        run.stats.add(model_failures=1)
+    out = ask(run, run.models.planner, messages, bounded(GapQuestions, questions=(0, limit)),
+              max_tokens=prompts.GAPS_TOKENS, purpose="gaps")
+    if out is None:
         return []
     asked = {n.question.lower() for n in nodes}
     new: list[NodeState] = []

@@ -13,14 +13,16 @@ import hashlib
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from ..contracts import (Claim, Extraction, Hit, NodeFindings, NodeState, Reflection,
-                         SearchQueries, Source, bounded, quoting_extraction)
-from ..errors import ModelOutputError, SearchError, StateError
+from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflection, SearchQueries,
+                         ShortAnswer, Source, bounded, quoting_extraction)
+from ..errors import SearchError, StateError
 from . import prompts
-from .quotes import find_quote, grounded, quotable_sentences
-from .state import RunContext
+from .quotes import find_quote, grounded, quotable_sentences, short_answer_or_empty
+from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
+# Claims joined into a node's findings (what its children and the report see of it).
+MAX_FINDINGS = 5
 
 
 class Turnstile:
@@ -117,16 +119,32 @@ def _drive(run: RunContext, nodes: list[NodeState], effort: int, iterations: int
             run.progress.on_node(node_id, node.question, node.status)
 
 
-def _parent_findings(parents: list[NodeState]) -> str:
-    return " ".join(f"[{p.id}] {p.findings}" for p in parents if p.findings)
+def earlier_text(parents: list[NodeState]) -> str:
+    """What a node's parents found, for its prompts: each sub-question with its short answer,
+    then its findings. Multi-hop questions need the answer itself ("the association that
+    published X" is searched and read as its name once a parent found it)."""
+    parts = []
+    for p in parents:
+        if p.answer:
+            parts.append(f"{p.question} {p.answer}.")
+        if p.findings:
+            parts.append(p.findings)
+    return " ".join(parts)
+
+
+def query_with_answers(node: NodeState, parents: list[NodeState]) -> str:
+    """The node's own question with its parents' short answers added (those it lacks)."""
+    low = node.question.lower()
+    extra = [p.answer for p in parents if p.answer and p.answer.lower() not in low]
+    return " ".join([node.question] + extra)
 
 
 def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], effort: int,
                  iterations: int, turnstile: Turnstile) -> list[Claim]:
     settings = run.settings.pipeline
-    parent_text = _parent_findings(parents)
+    parent_text = earlier_text(parents)
     node_claims: list[Claim] = []
-    queries = _first_queries(run, node, parent_text, effort)
+    queries = _first_queries(run, node, parents, parent_text, effort)
     source_index = 0
     for iteration in range(iterations):
         node.queries.extend(queries)
@@ -147,24 +165,24 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
         queries = _reflect(run, node, node_claims, effort)
         if not queries:
             break
-    _conclude(run, node, node_claims)
+    _conclude(run, node, node_claims, parent_text)
     return node_claims
 
 
-def _first_queries(run: RunContext, node: NodeState, parent_text: str, effort: int) -> list[str]:
-    # A root node with one query searches its own sub-question: no model call is needed.
-    if effort <= 1 and not node.depends_on:
-        return [node.question]
+def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], parent_text: str,
+                   effort: int) -> list[str]:
+    # With one query a node searches its own sub-question, its parents' answers added: no
+    # model call is needed (hybrid search matches the names as they are).
+    if effort <= 1:
+        return [query_with_answers(node, parents)]
     messages = prompts.queries(run.ctx, node.question, parent_text, effort)
-    try:
-        out = run.models.extractor.structured(messages, bounded(SearchQueries, queries=(1, effort)),
-                                              max_tokens=prompts.QUERIES_TOKENS, purpose="queries")
-    except ModelOutputError:
-        run.stats.add(model_failures=1)
-        return [node.question]
+    out = ask(run, run.models.extractor, messages, bounded(SearchQueries, queries=(1, effort)),
+              max_tokens=prompts.QUERIES_TOKENS, purpose="queries")
+    if out is None:
+        return [query_with_answers(node, parents)]
     queries = [q for q in _clean_queries(out.queries)
                if not prompts.echoes_example(q, node.question, parent_text)][:effort]
-    return queries or [node.question]
+    return queries or [query_with_answers(node, parents)]
 
 
 def _clean_queries(queries: list[str]) -> list[str]:
@@ -232,15 +250,13 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     messages = prompts.extract(run.ctx, node.question, parent_text, source.title,
                                source.published, text, settings.claims_per_source,
                                quote_first=bool(sentences))
-    try:
-        if sentences:  # the grammar admits only the source's own sentences as quotes
-            schema = quoting_extraction(settings.claims_per_source, sentences)
-        else:
-            schema = bounded(Extraction, claims=(0, settings.claims_per_source))
-        extraction = run.models.extractor.structured(messages, schema,
-                                                     max_tokens=prompts.EXTRACT_TOKENS, purpose="extract")
-    except ModelOutputError:
-        run.stats.add(extraction_failures=1, model_failures=1)
+    if sentences:  # the grammar admits only the source's own sentences as quotes
+        schema = quoting_extraction(settings.claims_per_source, sentences)
+    else:
+        schema = bounded(Extraction, claims=(0, settings.claims_per_source))
+    extraction = ask(run, run.models.extractor, messages, schema, max_tokens=prompts.EXTRACT_TOKENS,
+                     purpose="extract", extraction_failures=1)
+    if extraction is None:
         run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
         return []
     source.quality = extraction.source_quality
@@ -276,11 +292,9 @@ def _claims_text(claims: list[Claim], limit: int = 12) -> str:
 
 def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int) -> list[str]:
     messages = prompts.reflect(run.ctx, node.question, _claims_text(claims), effort)
-    try:
-        out = run.models.extractor.structured(messages, bounded(Reflection, queries=(0, effort)),
-                                              max_tokens=prompts.REFLECT_TOKENS, purpose="reflect")
-    except ModelOutputError:
-        run.stats.add(model_failures=1)
+    out = ask(run, run.models.extractor, messages, bounded(Reflection, queries=(0, effort)),
+              max_tokens=prompts.REFLECT_TOKENS, purpose="reflect")
+    if out is None:
         return []
     context = node.question + " " + _claims_text(claims)
     node.gaps.extend(g for g in out.gaps if g.strip() and not prompts.echoes_example(g, context))
@@ -289,26 +303,38 @@ def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int)
             if q.lower() not in done and not prompts.echoes_example(q, context)][:effort]
 
 
-def _conclude(run: RunContext, node: NodeState, claims: list[Claim]) -> None:
-    """A node ends with findings (for its children) and gaps (for the gap round)."""
-    if not claims:
+def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: str) -> None:
+    """A node ends with its short answer (what its children search and read with), findings
+    (its claims) and gaps (for the gap round). The answer is read from the verbatim sentences
+    its claims quote, by the same short-answer prompt as the run's final answer: a small model
+    reads far better than it restates. It must rest on those sentences, or it is not kept."""
+    relevant = [c for c in claims if c.importance != Importance.tangential] or claims
+    if not relevant:
         node.findings = ""
-        node.gaps = [node.question]
+        node.gaps = dedupe_text(node.gaps + [node.question])
         return
-    messages = prompts.findings(run.ctx, node.question, _claims_text(claims))
-    try:
-        out = run.models.writer.structured(messages, NodeFindings,
-                                           max_tokens=prompts.FINDINGS_TOKENS, purpose="findings")
-        claims_text = _claims_text(claims)
-        findings = " ".join(out.findings.split())
-        if prompts.echoes_example(findings, node.question, claims_text):
-            findings = " ".join(c.text for c in claims[:5])
-        node.findings = findings
-        node.gaps = dedupe_text(node.gaps + [g for g in out.gaps
-                                              if not prompts.echoes_example(g, node.question, claims_text)])
-    except ModelOutputError:
-        run.stats.add(model_failures=1)
-        node.findings = " ".join(c.text for c in claims[:5])
+    node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
+    evidence = node_evidence(relevant)
+    question = f"{node.question}\nEarlier answers: {earlier}" if earlier else node.question
+    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
+              max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer")
+    node.answer = short_answer_or_empty(out.answer, evidence, node.question) if out else ""
+    if not node.answer:
+        node.gaps = dedupe_text(node.gaps + [node.question])
+
+
+def node_evidence(claims: list[Claim], limit: int = 8) -> str:
+    """The distinct sentences a node's claims quote, numbered, each with its source's title."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for claim in claims:
+        if claim.quote in seen:
+            continue
+        seen.add(claim.quote)
+        lines.append(f"[{len(lines) + 1}] {claim.source_title or 'untitled'}: {claim.quote}")
+        if len(lines) >= limit:
+            break
+    return "\n".join(lines)
 
 
 def dedupe_text(items: list[str]) -> list[str]:

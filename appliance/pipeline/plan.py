@@ -6,19 +6,10 @@ Every repair is recorded: a plan is never silently changed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-
-from ..contracts import NodeState, Plan, bounded
+from ..contracts import CheckedPlan, NodeState, Plan, bounded
 from . import prompts
 
 _ID_RE = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-@dataclass
-class CheckedPlan:
-    nodes: list[NodeState]
-    effort: int
-    repairs: list[str] = field(default_factory=list)
 
 
 def make_plan(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int) -> Plan:

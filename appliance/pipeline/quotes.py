@@ -153,3 +153,43 @@ def grounded(claim: str, quote: str, share: float = GROUNDED_SHARE) -> bool:
     if not words:
         return False
     return len(words & content_words(quote)) >= share * len(words)
+
+
+# What a model writes when the evidence does not give an answer.
+_NO_ANSWER = re.compile(r"^(unknown|none|n/?a|not (given|known|stated|found|mentioned)|unclear|"
+                        r"no answer|cannot (be )?(determined|answered)|insufficient)\b")
+_YES_NO = re.compile(r"^(yes|no)\b")
+
+
+def _answer_word_found(word: str, basis: set[str]) -> bool:
+    if word in basis:
+        return True
+    # Forms of one word ("Norway" for "Norwegian", "French" for "France") share a stem; a
+    # number must be there as written.
+    if len(word) >= 4 and not word.isdigit():
+        return any(len(b) >= 4 and b[:4] == word[:4] for b in basis)
+    return False
+
+
+def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str:
+    """``answer`` (white space folded, trailing period dropped) when it is an answer that rests
+    on ``evidence``; "" when it says there is none, or names things the evidence does not.
+
+    Yes and no rest on the evidence by their nature (the question says what they answer); any
+    other short answer needs at least half of its content words in the evidence, word forms
+    forgiven.
+    """
+    from .prompts import echoes_example
+
+    text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
+    low = text.lower()
+    if not text or _NO_ANSWER.match(low) or echoes_example(text, evidence, question):
+        return ""
+    if _YES_NO.match(low):
+        return text
+    words = {w for w in _WORD.findall(low) if w not in _STOP and (len(w) >= 2 or w.isdigit())}
+    if not words:
+        return ""
+    basis = set(_WORD.findall(evidence.lower()))
+    found = sum(1 for w in words if _answer_word_found(w, basis))
+    return text if found >= 0.5 * len(words) else ""

@@ -17,20 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, state_dir
-from ..contracts import MergedClaim, NodeState, Verdict
+from ..contracts import ROLES, Importance, MergedClaim, NodeState, ReportData, RunStatus, Verdict
 from ..errors import ApplianceError, ModelOutputError, StateError, UsageError
-from ..report import ReportData, render_json, render_markdown
+from ..report import render_json, render_markdown
 from . import prompts
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
 from .plan import check_plan, make_plan, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
-from .synthesize import synthesize
+from .synthesize import short_answer, synthesize
 from .verify import verify_claims
 
 MAX_QUESTION_CHARS = 2000
-ROLES = ("planner", "extractor", "verifier", "writer")
 ACCOUNTING_FIELDS = {"calls": "calls", "model_calls": "model_calls", "cache_hits": "cache_hits",
                      "tokens_submitted": "prompt_tokens", "tokens_evaluated": "prompt_evaluated",
                      "tokens_generated": "generated_tokens", "llm_seconds": "seconds"}
@@ -74,7 +73,7 @@ class Models:
 
 @dataclass
 class ResearchResult:
-    status: str
+    status: RunStatus
     markdown_path: Path
     json_path: Path
     run_dir: Path
@@ -142,7 +141,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
     # Every model call of this run goes to calls.jsonl as it happens.
     removers = [engine.add_listener(lambda record: recorder.append("calls", record.as_dict()))
                 for engine in models.engines() if hasattr(engine, "add_listener")]
-    data = ReportData(question=question, status="complete", date=date, model=models.label(),
+    data = ReportData(question=question, status=RunStatus.complete, date=date, model=models.label(),
                       profile=settings.pipeline.profile, run_id=run_id)
     failure_code = 0
     try:
@@ -150,7 +149,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
     except Exception as exc:  # noqa: BLE001 - any failure still gives a report
         if isinstance(exc, StateError):
             raise  # nowhere to write a report: the CLI says how to free the state folder
-        data.status, data.error = "error", f"{type(exc).__name__}: {exc}"
+        data.status, data.error = RunStatus.error, f"{type(exc).__name__}: {exc}"
         data.sources = dict(run.sources)
         failure_code = exc.exit_code if isinstance(exc, ApplianceError) else 1
     finally:
@@ -159,7 +158,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
     _finish_stats(run, models, before)
     data.stats = run.stats.to_dict()
     result = _write_outputs(run, data, Path(out_dir or settings.output.reports_dir), report_name or run_id)
-    if data.status == "plan_failed":
+    if data.status == RunStatus.plan_failed:
         failure_code = ModelOutputError.exit_code
     result.exit_code = failure_code
     return result
@@ -173,7 +172,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             plan = make_plan(run.models.planner, run.ctx, settings.min_nodes,
                              min(settings.max_nodes, settings.hard_max_nodes))
         except ModelOutputError as exc:
-            data.status, data.error = "plan_failed", f"planning failed: {exc.message}"
+            data.status, data.error = RunStatus.plan_failed, f"planning failed: {exc.message}"
             return
         checked = check_plan(plan, min(settings.max_nodes, settings.hard_max_nodes),
                              settings.min_queries, settings.max_queries, run.ctx.question)
@@ -196,7 +195,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
     try:
         # The one barrier: ranking needs the whole claim pool.
         with _phase(run, "verify"):
-            ranked = rank_claims(list(pool.claims.values()))[: settings.verify_top]
+            ranked = relevant_claims(run, rank_claims(list(pool.claims.values())))[: settings.verify_top]
             verdicts = {v.claim_id: v for v in verify_claims(run, ranked)}
         _gap_round(run, data, pool, verdicts, checked.effort)
         data.claims = dict(pool.claims)
@@ -211,11 +210,13 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         data.status = _empty_status(run, verdicts)
         data.error = "; ".join(run.stats.search_error_messages[:2])
         return
+    with _phase(run, "answer"):
+        data.short_answer = short_answer(run, confirmed)
     with _phase(run, "synthesize"):
         try:
-            data.synthesis = synthesize(run, confirmed)
+            data.synthesis = synthesize(run, confirmed, data.short_answer)
         except ModelOutputError as exc:
-            data.status, data.error = "synthesis_failed", f"synthesis failed: {exc.message}"
+            data.status, data.error = RunStatus.synthesis_failed, f"synthesis failed: {exc.message}"
 
 
 def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dict[str, Verdict],
@@ -232,16 +233,24 @@ def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dic
         touched = pool.add(claims)
         fresh = [pool.claims[cid] for cid in touched if cid not in verdicts]
         budget = max(3, run.settings.pipeline.verify_top // 2)
-        for verdict in verify_claims(run, rank_claims(fresh)[:budget]):
+        for verdict in verify_claims(run, relevant_claims(run, rank_claims(fresh))[:budget]):
             verdicts[verdict.claim_id] = verdict
 
 
-def _empty_status(run: RunContext, verdicts: dict[str, Verdict]) -> str:
+def relevant_claims(run: RunContext, ranked: list[MergedClaim]) -> list[MergedClaim]:
+    """The claims that bear on their sub-question: tangential ones are neither verified nor
+    written into the answer (each would cost votes and dilute the report); counted."""
+    kept = [c for c in ranked if c.importance != Importance.tangential]
+    run.stats.add(claims_tangential=len(ranked) - len(kept))
+    return kept
+
+
+def _empty_status(run: RunContext, verdicts: dict[str, Verdict]) -> RunStatus:
     if verdicts:
-        return "inconclusive"
+        return RunStatus.inconclusive
     if run.stats.sources_fetched:
-        return "no_evidence"
-    return "no_sources"
+        return RunStatus.no_evidence
+    return RunStatus.no_sources
 
 
 def _finish_stats(run: RunContext, models: Models, before: dict[str, float]) -> None:
@@ -309,8 +318,8 @@ def _fixed_prompts(role: str) -> list[tuple[str, list[dict], int]]:
                       ("extract", prompts.extract(ctx, "", "", "", None, "", 1), prompts.EXTRACT_TOKENS),
                       ("reflect", prompts.reflect(ctx, "", "", 1), prompts.REFLECT_TOKENS)],
         "verifier": [("vote", prompts.vote(ctx, "", ""), prompts.VOTE_TOKENS)],
-        "writer": [("findings", prompts.findings(ctx, "", ""), prompts.FINDINGS_TOKENS),
-                   ("synthesize", prompts.synthesize(ctx, ""), prompts.REPORT_TOKENS)],
+        "writer": [("answer", prompts.short_answer("", "", ctx.today), prompts.ANSWER_TOKENS),
+                   ("synthesize", prompts.synthesize(ctx, "", ""), prompts.REPORT_TOKENS)],
     }[role]
 
 

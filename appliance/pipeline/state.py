@@ -7,12 +7,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel
 
-from ..errors import StateError
+from ..errors import ModelOutputError, StateError
 from . import prompts
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass
@@ -37,11 +39,13 @@ class RunStats:
     extraction_failures: int = 0
     claims_merged: int = 0
     claims_after_dedup: int = 0
+    claims_tangential: int = 0
     verified: int = 0
     confirmed: int = 0
     killed: int = 0
     votes_valid: int = 0
     votes_invalid: int = 0
+    votes_skipped: int = 0
     citations_dropped: int = 0
     statements_dropped: int = 0
     texts_dropped: int = 0
@@ -166,6 +170,17 @@ class Progress:
 
     on_node: Callable[[str, str, str], None] = lambda node_id, question, status: None
     on_phase: Callable[[str], None] = lambda phase: None
+
+
+def ask(run: "RunContext", engine, messages: list[dict], schema: type[M], *, max_tokens: int, purpose: str,
+        **extra_counts: int) -> M | None:
+    """One model call that a phase can do without: on invalid output (after the engine's own
+    retries) count a model failure, plus ``extra_counts``, and return None so the phase goes on."""
+    try:
+        return engine.structured(messages, schema, max_tokens=max_tokens, purpose=purpose)
+    except ModelOutputError:
+        run.stats.add(model_failures=1, **extra_counts)
+        return None
 
 
 @dataclass

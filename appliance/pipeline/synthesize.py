@@ -9,30 +9,14 @@ mostly absent from its claims (and the question) is dropped and counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from ..contracts import MergedClaim, ReportDraft
+from ..contracts import CitedStatement, MergedClaim, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
-from .quotes import grounded
-from .state import RunContext
+from .quotes import grounded, short_answer_or_empty
+from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
 # than for a claim and its quote: a writer rightly adds linking words of its own.
 WRITTEN_SHARE = 1 / 3
-
-
-@dataclass
-class CitedStatement:
-    text: str
-    claim_ids: list[str]
-
-
-@dataclass
-class Synthesis:
-    answer: str
-    executive_summary: str
-    findings: list[tuple[str, list[CitedStatement]]] = field(default_factory=list)
-    open_questions: list[str] = field(default_factory=list)
 
 
 def short_ids(claims: list[MergedClaim]) -> dict[str, str]:
@@ -43,9 +27,36 @@ def claims_listing(claims: list[MergedClaim]) -> str:
     return "\n".join(f"{sid}: {claim.text}" for sid, claim in zip(short_ids(claims), claims))
 
 
-def synthesize(run: RunContext, confirmed: list[MergedClaim]) -> Synthesis:
+MAX_ANSWER_QUOTES = 2
+
+
+def evidence_listing(claims: list[MergedClaim]) -> str:
+    """The verified claims with their quotes, numbered, as the short-answer prompt reads them."""
+    lines = []
+    for number, claim in enumerate(claims, start=1):
+        lines.append(f"[{number}] {claim.text}")
+        lines += [f'    "{q.quote}"' for q in claim.quotes[:MAX_ANSWER_QUOTES]]
+    return "\n".join(lines)
+
+
+def short_answer(run: RunContext, confirmed: list[MergedClaim]) -> str:
+    """The direct answer (yes/no, a name, date or number) drawn from the verified claims and
+    their quotes by the same short-answer prompt the one-call baselines use; "" when the model
+    gives none or one that does not rest on the claims (counted as dropped text)."""
+    evidence = evidence_listing(confirmed)
+    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today)
+    out = ask(run, run.models.writer, messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose="answer")
+    if out is None:
+        return ""
+    answer = short_answer_or_empty(out.answer, evidence, run.ctx.question)
+    if not answer and out.answer.strip():
+        run.stats.add(texts_dropped=1)
+    return answer
+
+
+def synthesize(run: RunContext, confirmed: list[MergedClaim], direct_answer: str = "") -> Synthesis:
     """Ask the writer for the report (raises ModelOutputError; the caller falls back)."""
-    messages = prompts.synthesize(run.ctx, claims_listing(confirmed))
+    messages = prompts.synthesize(run.ctx, claims_listing(confirmed), direct_answer)
     draft = run.models.writer.structured(messages, ReportDraft, max_tokens=prompts.REPORT_TOKENS,
                                          purpose="synthesize")
     return check_citations(run, draft, confirmed)

@@ -1,15 +1,22 @@
 """Verify: adversarial votes on the best-ranked claims.
 
-Each vote tries to refute the claim from its quotes ("if unsure, refuted"). A vote that fails
-or abstains (gives no reason) is not a vote: a claim survives only with at least
-``min_valid_votes`` valid votes and fewer than ``refutations_to_kill`` refutations, so
-all-abstain never passes. The votes on one claim run back to back with the same prompt and
-different seeds, so llama.cpp reuses the whole evaluated prompt for the second and third.
+Each vote looks for a reason the quotes do not state the claim, writes that reason first and
+then gives a verdict: supported, refuted or insufficient. An insufficient verdict, a failed
+call, an empty reason or one copied from the prompt's example is an abstention: not support,
+and not a refutation either. A claim is confirmed iff it has at least ``min_valid_votes``
+supporting votes and fewer than ``refutations_to_kill`` refutations, so all-abstain never
+passes and doubt never kills a true claim.
+
+The votes on one claim run back to back with the same prompt and different seeds, so
+llama.cpp reuses the whole evaluated prompt for the later ones; and once the votes cast decide
+the outcome whatever the rest would say, the rest are not cast (counted as skipped).
 """
 
 from __future__ import annotations
 
-from ..contracts import MergedClaim, Verdict, Vote, VoteRecord
+from dataclasses import dataclass
+
+from ..contracts import MergedClaim, Verdict, Vote, VoteRecord, VoteVerdict
 from ..errors import ModelOutputError
 from . import prompts
 from .state import RunContext
@@ -17,13 +24,38 @@ from .state import RunContext
 MAX_EVIDENCE_QUOTES = 4
 
 
-def tally(claim_id: str, votes: list[VoteRecord], min_valid: int, kill_at: int) -> Verdict:
+@dataclass(frozen=True)
+class VoteRule:
+    """How many votes a claim gets and what decides it (the [pipeline] knobs)."""
+
+    votes: int
+    min_valid: int
+    kill_at: int
+    temperature: float = 0.3
+
+    @classmethod
+    def from_settings(cls, settings) -> "VoteRule":
+        p = settings.pipeline
+        return cls(votes=int(p.votes), min_valid=int(p.min_valid_votes), kill_at=int(p.refutations_to_kill),
+                   temperature=float(settings.llm.vote_temperature))
+
+    def confirmed(self, supports: int, refutations: int) -> bool:
+        return supports >= self.min_valid and refutations < self.kill_at
+
+    def decided(self, supports: int, refutations: int, remaining: int) -> bool:
+        """True when no outcome of the ``remaining`` votes can change the verdict."""
+        sure_yes = supports >= self.min_valid and refutations + remaining < self.kill_at
+        sure_no = refutations >= self.kill_at or supports + remaining < self.min_valid
+        return sure_yes or sure_no
+
+
+def tally(claim_id: str, votes: list[VoteRecord], rule: VoteRule, skipped: int = 0) -> Verdict:
     """The voting arithmetic, separate so it can be tested on its own."""
-    valid = [v for v in votes if v.valid]
-    refutations = sum(1 for v in valid if v.refuted)
-    confirmed = len(valid) >= min_valid and refutations < kill_at
-    return Verdict(claim_id=claim_id, confirmed=confirmed, refutations=refutations,
-                   valid_votes=len(valid), votes=votes)
+    supports = sum(1 for v in votes if v.supports)
+    refutations = sum(1 for v in votes if v.refutes)
+    return Verdict(claim_id=claim_id, confirmed=rule.confirmed(supports, refutations), supports=supports,
+                   refutations=refutations, valid_votes=sum(1 for v in votes if v.valid),
+                   skipped=skipped, votes=votes)
 
 
 def evidence_text(claim: MergedClaim) -> str:
@@ -35,39 +67,61 @@ def vote_seed(base: int, claim_text: str, index: int) -> int:
     return (base * 1000003 + index * 7919 + sum(map(ord, claim_text))) % (2**31 - 1)
 
 
-def verify_claims(run: RunContext, claims: list[MergedClaim]) -> list[Verdict]:
-    """Vote on each claim (in the given order) and return the verdicts."""
-    settings = run.settings.pipeline
-    verdicts: list[Verdict] = []
-    for claim in claims:
-        messages = prompts.vote(run.ctx, claim.text, evidence_text(claim))
-        votes: list[VoteRecord] = []
-        for index in range(settings.votes):
-            seed = vote_seed(run.settings.llm.seed, claim.text, index)
-            votes.append(_one_vote(run, claim, messages, seed))
-        verdict = tally(claim.id, votes, settings.min_valid_votes, settings.refutations_to_kill)
-        for vote in votes:
-            run.recorder.append("votes", vote)
-        run.stats.add(verified=1, confirmed=int(verdict.confirmed), killed=int(not verdict.confirmed),
-                      votes_valid=verdict.valid_votes, votes_invalid=len(votes) - verdict.valid_votes)
-        verdicts.append(verdict)
-    return verdicts
+def judge(engine, ctx: prompts.Context, claim_id: str, claim_text: str, evidence: str, rule: VoteRule,
+          base_seed: int) -> tuple[Verdict, int]:
+    """Cast the votes on one claim, stopping once the outcome is decided.
+
+    Returns the verdict and the number of votes that failed as calls (invalid output after the
+    engine's retries): those are abstentions too, counted apart as model failures.
+    """
+    messages = prompts.vote(ctx, claim_text, evidence)
+    votes: list[VoteRecord] = []
+    failures = 0
+    for index in range(rule.votes):
+        supports = sum(1 for v in votes if v.supports)
+        refutations = sum(1 for v in votes if v.refutes)
+        if rule.decided(supports, refutations, rule.votes - index):
+            break
+        seed = vote_seed(base_seed, claim_text, index)
+        vote, failed = cast_vote(engine, messages, claim_id, claim_text, evidence, seed, rule.temperature)
+        failures += failed
+        votes.append(vote)
+    return tally(claim_id, votes, rule, skipped=rule.votes - len(votes)), failures
 
 
-def _one_vote(run: RunContext, claim: MergedClaim, messages: list[dict], seed: int) -> VoteRecord:
-    claim_id = claim.id
+def cast_vote(engine, messages: list[dict], claim_id: str, claim_text: str, evidence: str,
+              seed: int, temperature: float) -> tuple[VoteRecord, bool]:
+    """One vote, and whether the call itself failed. Every way a vote can fail to support or
+    refute (a failed call included) makes it an abstention."""
     try:
-        out = run.models.verifier.structured(messages, Vote, seed=seed,
-                                             max_tokens=prompts.VOTE_TOKENS, purpose="vote")
+        out = engine.structured(messages, Vote, seed=seed, max_tokens=prompts.VOTE_TOKENS,
+                                temperature=temperature, purpose="vote")
     except ModelOutputError as exc:
-        run.stats.add(model_failures=1)
-        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, reason=f"failed: {exc.message}")
+        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, reason=f"failed: {exc.message}"), True
     reason = " ".join(out.reason.split())
     if not reason:
-        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, refuted=out.refuted,
-                          reason="abstained: no reason given")
-    if prompts.echoes_example(reason, claim.text, evidence_text(claim)):
+        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, verdict=out.verdict,
+                          reason="abstained: no reason given"), False
+    if prompts.echoes_example(reason, claim_text, evidence):
         # A reason copied from the prompt's example says nothing about this claim.
-        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, refuted=out.refuted,
-                          reason=f"abstained: reason copies the prompt's example ({reason[:80]})")
-    return VoteRecord(claim_id=claim_id, seed=seed, valid=True, refuted=out.refuted, reason=reason)
+        return VoteRecord(claim_id=claim_id, seed=seed, valid=False, verdict=out.verdict,
+                          reason=f"abstained: reason copies the prompt's example ({reason[:80]})"), False
+    return VoteRecord(claim_id=claim_id, seed=seed, valid=out.verdict != VoteVerdict.insufficient,
+                      verdict=out.verdict, reason=reason), False
+
+
+def verify_claims(run: RunContext, claims: list[MergedClaim]) -> list[Verdict]:
+    """Vote on each claim (in the given order) and return the verdicts."""
+    rule = VoteRule.from_settings(run.settings)
+    verdicts: list[Verdict] = []
+    for claim in claims:
+        verdict, failures = judge(run.models.verifier, run.ctx, claim.id, claim.text, evidence_text(claim),
+                                  rule, run.settings.llm.seed)
+        for vote in verdict.votes:
+            run.recorder.append("votes", vote)
+        abstained = len(verdict.votes) - verdict.valid_votes
+        run.stats.add(verified=1, confirmed=int(verdict.confirmed), killed=int(not verdict.confirmed),
+                      votes_valid=verdict.valid_votes, votes_invalid=abstained, votes_skipped=verdict.skipped,
+                      model_failures=failures)
+        verdicts.append(verdict)
+    return verdicts

@@ -626,9 +626,25 @@ def test_a_direct_answer_not_resting_on_the_claims_is_dropped(given, flow_settin
     assert "**" not in result.markdown_path.read_text().split("## Answer")[1].split("##")[0]
 
 
-def test_yes_no_answers_are_kept(flow_settings, tmp_path):
+def test_yes_does_not_answer_a_where_question(flow_settings, tmp_path):
     result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=lambda m, s: ShortAnswer(answer="Yes"))))
-    assert result.report["short_answer"] == "Yes"
+    assert result.report["short_answer"] == ""
+
+
+@pytest.mark.parametrize("question, yes_no", [
+    ("Are Christopher Nolan and Sathish Kalathil both film directors?", True),
+    ("Did the author of Brand live in Rome?", True),
+    ("Is the Seine or the Thames longer?", False),
+    ("Who was the first president of the association?", False),
+    ("Which county borders Avery County?", False),
+])
+def test_the_short_answer_prompt_asks_for_the_form_the_question_needs(question, yes_no):
+    from appliance.pipeline import prompts
+    from appliance.pipeline.quotes import short_answer_or_empty
+
+    system = prompts.short_answer(question, "evidence", "2026-01-01")[0]["content"]
+    assert ("yes or no only" in system) is yes_no
+    assert (short_answer_or_empty("Yes.", "evidence", question) == "Yes") is yes_no
 
 
 def test_url_duplicates_and_budget_drops_are_counted(flow_settings, tmp_path):

@@ -187,12 +187,30 @@ def synthesize(ctx: Context, claims_text: str, direct_answer: str) -> Messages:
     return _msgs(system, user)
 
 
+# A question that opens with one of these asks for yes or no ("Are both ... directors?").
+_YES_NO_OPENERS = frozenset("""is are was were am do does did can could will would shall should
+has have had may might must""".split())
+
+
+def is_yes_no(question: str) -> bool:
+    """Whether ``question`` asks for yes or no: it opens with an auxiliary verb and offers no
+    choice ("Is X or Y older?" asks for a name)."""
+    words = question.strip().lower().split()
+    return bool(words) and words[0] in _YES_NO_OPENERS and " or " not in f" {question.lower()} "
+
+
 def short_answer(question: str, passages: str | None, today: str) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and
-    their quotes (the pipeline). One prompt for all three, so they are compared on equal terms."""
-    form = ("Answer with the shortest phrase that answers the question: yes or no for a yes/no "
-            "question, otherwise the name, place, date or number asked for. No sentence.")
+    their quotes (the pipeline). One prompt for all three, so they are compared on equal terms.
+
+    The form asked for is decided here, not left to the model: told "yes or no for a yes/no
+    question", a small model answers "yes" to "Who was ...?"."""
+    if is_yes_no(question):
+        form = "Answer the question with yes or no only."
+    else:
+        form = ("Answer with the shortest phrase that answers the question: the name, place, date "
+                "or number asked for. No sentence.")
     if passages is None:
         return _msgs(f"{form} Today is {today}.", f"Question: {question}")
     system = f"{form} Use the evidence only. Today is {today}."

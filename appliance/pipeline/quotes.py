@@ -175,18 +175,19 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     """``answer`` (white space folded, trailing period dropped) when it is an answer that rests
     on ``evidence``; "" when it says there is none, or names things the evidence does not.
 
-    Yes and no rest on the evidence by their nature (the question says what they answer); any
-    other short answer needs at least half of its content words in the evidence, word forms
+    Yes and no rest on the evidence by their nature (the question says what they answer) but
+    answer only a yes/no question; any other short answer needs at least half of its content words in the evidence, word forms
     forgiven.
     """
-    from .prompts import echoes_example
+    from .prompts import echoes_example, is_yes_no
 
     text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
     low = text.lower()
     if not text or _NO_ANSWER.match(low) or echoes_example(text, evidence, question):
         return ""
     if _YES_NO.match(low):
-        return text
+        # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
+        return text if not question or is_yes_no(question) else ""
     words = {w for w in _WORD.findall(low) if w not in _STOP and (len(w) >= 2 or w.isdigit())}
     if not words:
         return ""

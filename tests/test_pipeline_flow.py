@@ -672,3 +672,34 @@ def test_slugs_are_safe_file_names(question):
     assert slug and "/" not in slug and "\\" not in slug and ".." not in slug
     assert len(slug) <= 60
     assert all(c.isalnum() or c == "-" for c in slug)
+
+
+# ------------------------------------------------------------------ the claims table
+
+def test_claims_live_in_one_persistent_table_with_their_verdicts(flow_settings, tmp_path):
+    """Every run adds its merged claims to the state folder's one claims table (no table per
+    run); a rerun of the same run replaces its rows instead of adding to them."""
+    import lancedb
+
+    first = run_fake(flow_settings, tmp_path, FakeEngine(script()))
+    db = lancedb.connect(str(flow_settings.home / "lancedb"))
+    assert list(db.list_tables().tables) == ["claims"]
+    table = db.open_table("claims")
+    rows = table.to_arrow().to_pylist()
+    assert {r["run_id"] for r in rows} == {first.report["run_id"]}
+    assert len(rows) == first.report["stats"]["claims_after_dedup"]
+    verdicts = {c["id"]: c["verdict"] for c in first.report["claims"]}
+    for row in rows:
+        voted = verdicts[row["claim_id"]]
+        assert row["verdict"] == ("" if voted is None else "confirmed" if voted["confirmed"] else "killed")
+        assert row["sources"] and len(row["vector"]) == 384
+
+    run_fake(flow_settings, tmp_path, FakeEngine(script()))  # the same question again
+    table = db.open_table("claims")
+    assert table.count_rows() == len(rows)
+    other = research("Who founded Alpha Corp?", flow_settings,
+                     models=Models(*[FakeEngine(script())] * 4), backend=FakeBackend(HITS),
+                     fetcher=FakeFetcher(PAGES), embedder=get_embedder(flow_settings),
+                     out_dir=tmp_path / "reports")
+    rows = db.open_table("claims").to_arrow().to_pylist()
+    assert {r["run_id"] for r in rows} == {first.report["run_id"], other.report["run_id"]}

@@ -1,19 +1,31 @@
-"""Dedup: claims merged by meaning in a LanceDB table of the run.
+"""Dedup: claims merged by meaning, in the state folder's one LanceDB claims table.
 
-A claim joins the nearest merged claim when their cosine similarity reaches the threshold;
-the merged claim keeps every source and quote, and its support is its number of distinct
-sources. Claims arrive in the run's fixed order, so merging is deterministic.
+A claim joins the nearest merged claim of its run when their cosine similarity reaches the
+threshold; the merged claim keeps every source and quote, and its support is its number of
+distinct sources. Claims arrive in the run's fixed order, so merging is deterministic.
+
+The table is persistent and shared by every run (and by the processes of a batch): one row
+per merged claim with its run, text, sources, vector and, once voted on, its verdict. A run
+searches only its own rows; a rerun of the same run replaces them. Kept across runs, the rows
+are the seed of a claim store that later runs could consult.
 """
 
 from __future__ import annotations
 
-import re
-
 import pyarrow as pa
 
 from ..config import state_dir
-from ..contracts import IMPORTANCE_RANK, QUALITY_RANK, Claim, MergedClaim, QuoteRef
+from ..contracts import IMPORTANCE_RANK, QUALITY_RANK, Claim, MergedClaim, QuoteRef, Verdict
 from ..errors import StateError
+
+CLAIMS_TABLE = "claims"
+# Fragments (one per write) after which a run's end compacts the table.
+COMPACT_AFTER = 64
+
+
+def _quoted(value: str) -> str:
+    """A string literal for a LanceDB filter."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 class ClaimPool:
@@ -22,19 +34,24 @@ class ClaimPool:
     def __init__(self, settings, run_id: str, embedder):
         self.threshold = settings.pipeline.dedup_threshold
         self.embedder = embedder
+        self.run_id = run_id
         self.claims: dict[str, MergedClaim] = {}
         self.merged_count = 0
-        name = "claims_" + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:80]
+        self._where = f"run_id = {_quoted(run_id)}"
         try:
             import lancedb
 
             self._db = lancedb.connect(str(state_dir(settings, "lancedb")))
-            schema = pa.schema([pa.field("id", pa.string()),
+            schema = pa.schema([pa.field("run_id", pa.string()), pa.field("claim_id", pa.string()),
+                                pa.field("text", pa.string()), pa.field("sources", pa.list_(pa.string())),
+                                pa.field("verdict", pa.string()),
                                 pa.field("vector", pa.list_(pa.float32(), embedder.dim))])
-            # One table per run, rebuilt on a rerun: its content follows from the claims.
-            self._table = self._db.create_table(name, schema=schema, mode="overwrite")
+            # exist_ok: the processes of a batch may create it at the same moment.
+            self._table = self._db.create_table(CLAIMS_TABLE, schema=schema, exist_ok=True)
+            # A rerun of this run rebuilds its rows: their content follows from its claims.
+            self._table.delete(self._where)
         except OSError as exc:
-            raise StateError(f"cannot write the claim table in the state folder: {exc}",
+            raise StateError(f"cannot write the claims table in the state folder: {exc}",
                              hint="set APPLIANCE_HOME to a writable folder") from None
 
     def add(self, claims: list[Claim]) -> list[str]:
@@ -43,11 +60,13 @@ class ClaimPool:
             return []
         vectors = self.embedder.encode([c.text for c in claims])
         touched: list[str] = []
+        grown: set[str] = set()
         for claim, vector in zip(claims, vectors):
             target = self._nearest(vector)
             if target is not None:
                 self._merge(self.claims[target], claim)
                 self.merged_count += 1
+                grown.add(target)
             else:
                 target = f"m{len(self.claims) + 1}"
                 self.claims[target] = MergedClaim(
@@ -55,20 +74,26 @@ class ClaimPool:
                     source_quality=claim.source_quality,
                     quotes=[QuoteRef(source_url=claim.source_url, quote=claim.quote)],
                     members=[claim.id], node_ids=[claim.node_id])
-                self._table.add([{"id": target, "vector": vector.astype("float32").tolist()}])
+                self._table.add([{"run_id": self.run_id, "claim_id": target, "text": claim.text,
+                                  "sources": [claim.source_url], "verdict": "",
+                                  "vector": vector.astype("float32").tolist()}])
             if target not in touched:
                 touched.append(target)
+        for claim_id in sorted(grown):
+            sources = sorted({q.source_url for q in self.claims[claim_id].quotes})
+            self._table.update(where=f"{self._where} AND claim_id = {_quoted(claim_id)}",
+                               values={"sources": sources})
         return touched
 
     def _nearest(self, vector) -> str | None:
         if not self.claims:
             return None
-        rows = (self._table.search(vector.astype("float32").tolist())
-                .distance_type("cosine").limit(1).to_list())
+        rows = (self._table.search(vector.astype("float32").tolist()).distance_type("cosine")
+                .where(self._where, prefilter=True).limit(1).to_list())
         if not rows:
             return None
         similarity = 1.0 - float(rows[0]["_distance"])
-        return rows[0]["id"] if similarity >= self.threshold else None
+        return rows[0]["claim_id"] if similarity >= self.threshold else None
 
     @staticmethod
     def _merge(into: MergedClaim, claim: Claim) -> None:
@@ -82,11 +107,21 @@ class ClaimPool:
         if QUALITY_RANK[claim.source_quality] < QUALITY_RANK[into.source_quality]:
             into.source_quality = claim.source_quality
 
-    def drop_table(self) -> None:
-        """Remove the run's table once the run is over (its claims live on in the report JSON)."""
+    def record_verdicts(self, verdicts: dict[str, Verdict]) -> None:
+        """Write each voted claim's outcome (confirmed or killed) into its row."""
+        for outcome in ("confirmed", "killed"):
+            ids = [cid for cid, v in verdicts.items() if v.confirmed == (outcome == "confirmed")]
+            if ids:
+                listed = ", ".join(_quoted(cid) for cid in ids)
+                self._table.update(where=f"{self._where} AND claim_id IN ({listed})", values={"verdict": outcome})
+
+    def close(self) -> None:
+        """Compact the table once its many small writes add up (best effort: a table left
+        uncompacted is only slower)."""
         try:
-            self._db.drop_table(self._table.name)
-        except Exception:  # best effort: a leftover table is harmless and rebuilt on rerun
+            if self._table.stats()["fragment_stats"]["num_fragments"] >= COMPACT_AFTER:
+                self._table.optimize()
+        except Exception:  # noqa: BLE001 - compaction is an optimisation, never a failure
             pass
 
 

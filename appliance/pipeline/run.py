@@ -200,9 +200,10 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         _gap_round(run, data, pool, verdicts, checked.effort)
         data.claims = dict(pool.claims)
         data.verdicts = verdicts
+        pool.record_verdicts(verdicts)
         run.stats.add(claims_merged=pool.merged_count, claims_after_dedup=len(pool.claims))
     finally:
-        pool.drop_table()
+        pool.close()
     data.sources = dict(run.sources)
     confirmed = [c for c in rank_claims(list(data.claims.values()))
                  if c.id in verdicts and verdicts[c.id].confirmed]

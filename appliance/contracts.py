@@ -251,9 +251,17 @@ class Verdict(_Rec):
 class NodeState(_Rec):
     """One sub-question as it moves through gather."""
 
+    @property
+    def asked(self) -> str:
+        """The question its prompts and searches use: resolved once its parents are done."""
+        return self.resolved or self.question
+
+
     id: str
     question: str
     depends_on: list[str] = []
+    # The question as researched: references to earlier answers (#1, #2) filled in.
+    resolved: str = ""
     status: str = "pending"
     queries: list[str] = []
     # The node's short answer (a name, date, number...), "" while unknown: children search with it.

@@ -551,6 +551,34 @@ def test_children_search_and_read_with_their_parents_answers(flow_settings, tmp_
     assert child and all("Who founded Alpha Corp? Jane Roe." in p for p in child)
 
 
+def test_a_reference_to_an_earlier_answer_is_filled_in(flow_settings, tmp_path):
+    """The planner writes "Where was #1 born?"; once q1 answered "Jane Roe" the node is
+    researched as "Where was Jane Roe born?" (and depends on q1 even if the plan forgot it)."""
+    plan = Plan(effort=1, nodes=[PlanNode(id="q1", question="Who founded Alpha Corp?"),
+                                 PlanNode(id="q2", question="Where was #1 born?")])
+    backend = FakeBackend(HITS)
+    engine = FakeEngine(script(plan=lambda m, s: plan))
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    result = research("Where was the founder of Alpha Corp born?", flow_settings, models=models,
+                      backend=backend, fetcher=FakeFetcher(PAGES), embedder=get_embedder(flow_settings),
+                      out_dir=tmp_path / "reports")
+    nodes = {n["id"]: n for n in result.report["plan"]["nodes"]}
+    assert nodes["q2"]["depends_on"] == ["q1"]
+    assert any("added dependency q2 -> q1" in r for r in result.report["plan"]["repairs"])
+    assert nodes["q2"]["question"] == "Where was #1 born?" and nodes["q2"]["resolved"] == "Where was Jane Roe born?"
+    assert "Where was Jane Roe born?" in backend.queries
+
+
+def test_a_reference_to_an_unanswered_node_keeps_its_question():
+    from appliance.contracts import NodeState
+    from appliance.pipeline.gather import resolve_question
+
+    parent = NodeState(id="q1", question="Who founded Alpha Corp?")
+    child = NodeState(id="q2", question="Where was #1 born, and is #7 related?", depends_on=["q1"])
+    assert resolve_question(child, [parent]) == \
+        "Where was (the answer to: Who founded Alpha Corp) born, and is #7 related?"
+
+
 def test_with_more_queries_the_model_writes_them_from_the_parents_answers(flow_settings, tmp_path):
     seen = []
 

@@ -10,6 +10,7 @@ page never depends on thread timing: a rerun replays the same calls from the cac
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -132,16 +133,34 @@ def earlier_text(parents: list[NodeState]) -> str:
     return " ".join(parts)
 
 
+_REFERENCE = re.compile(r"#(\d{1,2})\b")
+
+
+def resolve_question(node: NodeState, parents: list[NodeState]) -> str:
+    """The node's question with each reference to an earlier answer (#1 for q1's) replaced by
+    that answer, or, when the parent found none, by the parent's own question."""
+    by_id = {p.id: p for p in parents}
+
+    def fill(match: re.Match) -> str:
+        parent = by_id.get(f"q{match.group(1)}")
+        if parent is None:
+            return match.group(0)
+        return parent.answer or f"(the answer to: {parent.asked.rstrip('?')})"
+
+    return _REFERENCE.sub(fill, node.question)
+
+
 def query_with_answers(node: NodeState, parents: list[NodeState]) -> str:
-    """The node's own question with its parents' short answers added (those it lacks)."""
-    low = node.question.lower()
+    """The node's question as asked, with its parents' short answers added (those it lacks)."""
+    low = node.asked.lower()
     extra = [p.answer for p in parents if p.answer and p.answer.lower() not in low]
-    return " ".join([node.question] + extra)
+    return " ".join([node.asked] + extra)
 
 
 def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], effort: int,
                  iterations: int, turnstile: Turnstile) -> list[Claim]:
     settings = run.settings.pipeline
+    node.resolved = resolve_question(node, parents)
     parent_text = earlier_text(parents)
     node_claims: list[Claim] = []
     queries = _first_queries(run, node, parents, parent_text, effort)
@@ -175,13 +194,13 @@ def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], p
     # model call is needed (hybrid search matches the names as they are).
     if effort <= 1:
         return [query_with_answers(node, parents)]
-    messages = prompts.queries(run.ctx, node.question, parent_text, effort)
+    messages = prompts.queries(run.ctx, node.asked, parent_text, effort)
     out = ask(run, run.models.extractor, messages, bounded(SearchQueries, queries=(1, effort)),
               max_tokens=prompts.QUERIES_TOKENS, purpose="queries")
     if out is None:
         return [query_with_answers(node, parents)]
     queries = [q for q in _clean_queries(out.queries)
-               if not prompts.echoes_example(q, node.question, parent_text)][:effort]
+               if not prompts.echoes_example(q, node.asked, parent_text)][:effort]
     return queries or [query_with_answers(node, parents)]
 
 
@@ -247,7 +266,7 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     settings = run.settings.pipeline
     text = source.text[: settings.source_chars]
     sentences = quotable_sentences(text) if settings.quote_sentences else ()
-    messages = prompts.extract(run.ctx, node.question, parent_text, source.title,
+    messages = prompts.extract(run.ctx, node.asked, parent_text, source.title,
                                source.published, text, settings.claims_per_source,
                                quote_first=bool(sentences))
     if sentences:  # the grammar admits only the source's own sentences as quotes
@@ -291,12 +310,12 @@ def _claims_text(claims: list[Claim], limit: int = 12) -> str:
 
 
 def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int) -> list[str]:
-    messages = prompts.reflect(run.ctx, node.question, _claims_text(claims), effort)
+    messages = prompts.reflect(run.ctx, node.asked, _claims_text(claims), effort)
     out = ask(run, run.models.extractor, messages, bounded(Reflection, queries=(0, effort)),
               max_tokens=prompts.REFLECT_TOKENS, purpose="reflect")
     if out is None:
         return []
-    context = node.question + " " + _claims_text(claims)
+    context = node.asked + " " + _claims_text(claims)
     node.gaps.extend(g for g in out.gaps if g.strip() and not prompts.echoes_example(g, context))
     done = {q.lower() for q in node.queries}
     return [q for q in _clean_queries(out.queries)
@@ -311,16 +330,16 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     relevant = [c for c in claims if c.importance != Importance.tangential] or claims
     if not relevant:
         node.findings = ""
-        node.gaps = dedupe_text(node.gaps + [node.question])
+        node.gaps = dedupe_text(node.gaps + [node.asked])
         return
     node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
     evidence = node_evidence(relevant)
-    question = f"{node.question}\nEarlier answers: {earlier}" if earlier else node.question
+    question = f"{node.asked}\nEarlier answers: {earlier}" if earlier else node.asked
     out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
               max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer")
-    node.answer = short_answer_or_empty(out.answer, evidence, node.question) if out else ""
+    node.answer = short_answer_or_empty(out.answer, evidence, node.asked) if out else ""
     if not node.answer:
-        node.gaps = dedupe_text(node.gaps + [node.question])
+        node.gaps = dedupe_text(node.gaps + [node.asked])
 
 
 def node_evidence(claims: list[Claim], limit: int = 8) -> str:

@@ -45,6 +45,7 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
             else:
                 kept.append(dep)
         node.depends_on = kept
+    _add_referenced(nodes, repairs)
     _break_cycles(nodes, repairs)
     effort = min(max(plan.effort, min_queries), max_queries)
     if effort != plan.effort:
@@ -79,6 +80,22 @@ def _clean_nodes(plan: Plan, repairs: list[str], question: str) -> list[NodeStat
         nodes.append(NodeState(id=node_id, question=question,
                                depends_on=[_ID_RE.sub("", d)[:12] for d in raw.depends_on]))
     return nodes
+
+
+_REFERENCE = re.compile(r"#(\d{1,2})\b")
+
+
+def _add_referenced(nodes: list[NodeState], repairs: list[str]) -> None:
+    """A question that uses an earlier answer (#1 is q1's) depends on that node, listed or not."""
+    known = {n.id for n in nodes}
+    for node in nodes:
+        for number in _REFERENCE.findall(node.question):
+            ref = f"q{number}"
+            if ref == node.id or ref not in known:
+                repairs.append(f"{node.id} refers to #{number}, which is not an earlier sub-question")
+            elif ref not in node.depends_on:
+                node.depends_on.append(ref)
+                repairs.append(f"added dependency {node.id} -> {ref} (its question uses #{number})")
 
 
 def _fresh_id(used: set[str]) -> str:

@@ -58,13 +58,13 @@ def echoes_example(text: str, *inputs: str) -> bool:
 def plan(ctx: Context, min_nodes: int, max_nodes: int) -> Messages:
     system = (
         f"Today is {ctx.today}. You break a research question into {min_nodes} to {max_nodes} "
-        "simpler sub-questions that a document search can answer, in the order they must be "
-        "answered. A sub-question that needs an earlier answer lists that one's id in "
-        "depends_on. effort is 1 for a simple question, up to 5 for a complex one.\n"
+        "simpler sub-questions, each asking for one fact a document search can find, in the "
+        "order they must be answered. A sub-question that needs an earlier answer writes it as "
+        "#1, #2 (the number of that sub-question) and lists that id in depends_on. effort is 1 "
+        "for a simple question, up to 5 for a complex one.\n"
         "Example question: Where was the author of Dune born?\n"
         'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Who wrote Dune?", '
-        '"depends_on": []}, {"id": "q2", "question": "Where was Frank Herbert, the author of '
-        'Dune, born?", "depends_on": ["q1"]}]}'
+        '"depends_on": []}, {"id": "q2", "question": "Where was #1 born?", "depends_on": ["q1"]}]}'
     )
     return _msgs(system, f"Question: {ctx.question}")
 
@@ -213,5 +213,5 @@ def short_answer(question: str, passages: str | None, today: str) -> Messages:
                 "or number asked for. No sentence.")
     if passages is None:
         return _msgs(f"{form} Today is {today}.", f"Question: {question}")
-    system = f"{form} Use the evidence only. Today is {today}."
+    system = f"{form} Use the evidence only, in its own words. Today is {today}."
     return _msgs(system, f"{_data_block('EVIDENCE', passages)}\nQuestion: {question}")

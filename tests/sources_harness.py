@@ -109,6 +109,10 @@ def injection_html() -> str:
             f"</head><body><article><h1>{INJECTION_TITLE}</h1>{body}</article></body></html>")
 
 
+# The text of /item?id=N: every item is a page of its own.
+ITEM_TEXT = ("This is item number {id} of the fixture forum. Its discussion is about basalt columns "
+             "and how fast a lava flow cools.")
+
 ENDLESS_DECLARED = 10 * 1024 ** 3   # what /hostile/endless claims to send: 10 GiB
 BOMB_INFLATED = 256 * 1024 ** 2     # what /hostile/gzip-bomb inflates to
 
@@ -143,6 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/image.png": lambda: self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(64), "image/png"),
             "/doc.pdf": lambda: self._send(200, b"%PDF-1.4\n%fake\n", "application/pdf"),
             "/missing": lambda: self._send(404, "not here", "text/plain"),
+            "/item": lambda: self._item(query.get("id", [""])[0]),
             "/big": self._big,
             "/slow": self._never_answer,
             "/trickle": self._trickle,
@@ -191,6 +196,12 @@ class _Handler(BaseHTTPRequestHandler):
             results.append({"url": "http://10.0.0.5/secret", "title": "Intranet secret",
                             "content": "internal"})
         self._send(200, json.dumps({"results": results}), "application/json")
+
+    def _item(self, item_id: str) -> None:
+        """One page per ?id=, as on a forum or a news site: the query names the page."""
+        text = ITEM_TEXT.format(id=html.escape(item_id))
+        self._send(200, f"<html><head><title>Item {html.escape(item_id)}</title></head><body>"
+                        f"<article><p>{text}</p></article></body></html>", "text/html; charset=utf-8")
 
     def _redirect(self, kind: str) -> None:
         base = self.server.site.url

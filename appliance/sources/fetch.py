@@ -93,11 +93,16 @@ class PageCache:
     in this or another process see a whole file or none.
     """
 
+    # Part of every file name: version 1 keyed pages without their query, so a file of that
+    # version may hold another page's text (item?id=1 stored for item?id=2). Bumping it makes
+    # those files unreachable; they are refetched once.
+    KEY_VERSION = 2
+
     def __init__(self, folder: Path):
         self.folder = folder
 
     def _path(self, key: str) -> Path:
-        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(f"v{self.KEY_VERSION}\0{key}".encode("utf-8")).hexdigest()
         return self.folder / digest[:2] / f"{digest}.json"
 
     def get(self, key: str) -> Optional[Source]:

@@ -1102,49 +1102,104 @@ def test_read_only_report_folder(tmp_path, searxng, cli_with_script):
     assert list((home / "runs").iterdir()), "the run's own records were kept"
 
 
-@pytest.mark.parametrize("what", ["write_atomic", "recorder", "page cache"])
-def test_failed_writes_keep_the_old_file(what, tmp_path, monkeypatch):
-    """Without a mount: each write path fails with ENOSPC half-way. write_atomic and the run
-    logs raise a StateError and leave what was there; the page cache only loses its copy."""
+class _HalfWritten:
+    """A file object whose write stores half the data, then finds the disk full."""
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, data):
+        self._fh.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()
+
+
+def _disk_full(monkeypatch, fault: str) -> None:
+    """Make the one atomic write fail: half-way through the data, or when it is flushed to disk."""
+    from appliance import atomic
+
+    if fault == "write":
+        monkeypatch.setattr(atomic, "open", lambda *a, **k: _HalfWritten(open(*a, **k)), raising=False)
+    else:
+        def no_space(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(os, "fsync", no_space)
+
+
+@pytest.mark.parametrize("fault", ["write", "fsync"])
+@pytest.mark.parametrize("what", ["write_atomic", "page cache", "manifest", "hash cache"])
+def test_failed_writes_keep_the_old_file(what, fault, tmp_path, monkeypatch):
+    """Every user of the one atomic write (state and reports, page cache, model manifest, hash
+    cache) meets a full disk: the old file is intact, no temporary file is left, and each says
+    so its own way (StateError / UsageError with the cause; the caches only lose their copy)."""
+    from appliance.llm.manifest import HashCache, Manifest, ModelEntry, load_manifest, save_manifest
+
+    folder = tmp_path / "files"
+    entry = ModelEntry(name="m", file="m.gguf", sha256="0" * 64, n_ctx_train=2048, roles=("planner",))
+    if what == "write_atomic":
+        target = folder / "report.md"
+        write_atomic(target, "the old report\n")
+        _disk_full(monkeypatch, fault)
+        with pytest.raises(StateError, match="No space left on device"):
+            write_atomic(target, "a new report that does not fit\n")
+        monkeypatch.undo()
+        assert target.read_text(encoding="utf-8") == "the old report\n"
+    elif what == "page cache":
+        cache = PageCache(folder)
+        cache.put("example.org/a", Source(url="http://example.org/a", text="old text"))
+        _disk_full(monkeypatch, fault)
+        cache.put("example.org/a", Source(url="http://example.org/a", text="new text"))
+        monkeypatch.undo()
+        assert cache.get("example.org/a").text == "old text"
+    elif what == "manifest":
+        path = folder / "models.toml"
+        save_manifest(Manifest(path=path, models=[entry]))
+        _disk_full(monkeypatch, fault)
+        with pytest.raises(UsageError, match="No space left on device"):
+            save_manifest(Manifest(path=path, models=[]))
+        monkeypatch.undo()
+        assert [m.name for m in load_manifest(path).models] == ["m"]
+    else:
+        model = tmp_path / "m.gguf"
+        model.write_bytes(b"weights")
+        cache = HashCache(folder / "model_hashes.json")
+        cache.put(model, "a" * 64)
+        _disk_full(monkeypatch, fault)
+        other = tmp_path / "n.gguf"
+        other.write_bytes(b"other weights")
+        cache.put(other, "b" * 64)  # not recorded, and no error: the cache only saves time
+        monkeypatch.undo()
+        assert cache.get(model) == "a" * 64 and cache.get(other) is None
+    assert not [p for p in folder.rglob("*") if p.name.endswith(".tmp")], "a temporary file was left"
+
+
+def test_recorder_on_a_full_disk_keeps_what_it_logged(tmp_path, monkeypatch):
+    """The run logs are appended, not replaced: a full disk is a StateError, earlier lines stay."""
     real_open = Path.open
 
     def full_disk_open(self, mode="r", *args, **kwargs):
         fh = real_open(self, mode, *args, **kwargs)
-        if "w" in mode or "a" in mode:
+        if "a" in mode:
             def write(data):
                 raise OSError(errno.ENOSPC, "No space left on device")
             fh.write = write
         return fh
 
-    target = tmp_path / "report.md"
-    target.write_text("the old report\n", encoding="utf-8")
-    if what == "write_atomic":
-        monkeypatch.setattr(Path, "open", full_disk_open)
-        with pytest.raises(StateError, match="No space left on device"):
-            write_atomic(target, "a new report that does not fit\n")
-        monkeypatch.undo()
-        assert target.read_text(encoding="utf-8") == "the old report\n"
-        assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
-    elif what == "recorder":
-        recorder = Recorder(tmp_path / "run")
-        recorder.append("votes", {"vote": 1})
-        monkeypatch.setattr(Path, "open", full_disk_open)
-        with pytest.raises(StateError, match="free some space"):
-            recorder.append("votes", {"vote": 2})
-        monkeypatch.undo()
-        assert read_jsonl(tmp_path / "run" / "votes.jsonl") == [{"vote": 1}]
-    else:
-        cache = PageCache(tmp_path / "pages")
-        cache.put("example.org/a", Source(url="http://example.org/a", text="old text"))
-
-        def no_space(*args, **kwargs):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr(os, "fdopen", no_space)
-        cache.put("example.org/a", Source(url="http://example.org/a", text="new text"))
-        monkeypatch.undo()
-        assert cache.get("example.org/a").text == "old text"
-        assert not list((tmp_path / "pages").rglob(".tmp-*"))
+    recorder = Recorder(tmp_path / "run")
+    recorder.append("votes", {"vote": 1})
+    monkeypatch.setattr(Path, "open", full_disk_open)
+    with pytest.raises(StateError, match="free some space"):
+        recorder.append("votes", {"vote": 2})
+    monkeypatch.undo()
+    assert read_jsonl(tmp_path / "run" / "votes.jsonl") == [{"vote": 1}]
 
 
 # ============================================================================ row 8: SIGKILL

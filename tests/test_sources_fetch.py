@@ -49,7 +49,7 @@ def test_second_fetch_comes_from_the_disk_cache(sources_settings, fixture_site):
     assert again.url.endswith("#top")
     assert fixture_site.requests.count("/pages/basalt.html") == before
     cache = sources_settings.home / "cache" / "pages"
-    assert list(cache.rglob("*.json")) and not list(cache.rglob(".tmp-*"))
+    assert list(cache.rglob("*.json")) and not list(cache.rglob("*.tmp"))
 
 
 def test_pages_that_differ_by_query_are_cached_apart(sources_settings, fixture_site):

@@ -15,10 +15,10 @@ from typing import Iterator, Optional
 
 from ..errors import UsageError
 from .extract import decode_text, extract_html
+from .sentences import split_sentences
 
 SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._~/-]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 
 
@@ -147,7 +147,7 @@ def chunk_text(text: str, chunk_chars: int, paragraph_max_chars: Optional[int] =
 
 
 def _split_long(para: str, size: int) -> list[str]:
-    return _pack([part for sentence in _SENTENCE_END.split(para) for part in split_at_words(sentence, size)],
+    return _pack([part for sentence in split_sentences(para) for part in split_at_words(sentence, size)],
                  size, " ")
 
 

@@ -172,3 +172,47 @@ def test_profile_from_the_environment(tmp_path):
     settings = load_settings(env={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_PIPELINE_PROFILE": "quick"})
     assert settings.pipeline.profile == "quick" and settings.pipeline.verify_top == 6
     assert settings.fetch.budget == 8
+
+
+# ============================================================================ row B: corpus files
+
+UNREADABLE_CORPORA = {
+    # name: {file: content}, words the one line must hold
+    "every record unreadable": ({"bad.jsonl": '{"title": "a"}\n[1, 2]\nnot json\n{"text": 5}\n{"text": "  "}\n'},
+                                ['5 skipped', 'bad.jsonl:1: no "text" field', "bad.jsonl:2: a JSON array",
+                                 "bad.jsonl:3: not valid JSON", "and 2 more"]),
+    "one JSON array": ({"array.jsonl": json.dumps([{"text": "a passage"}, {"text": "another"}])},
+                       ["array.jsonl:1: a JSON array", "one record per line"]),
+    "empty text file": ({"empty.txt": ""}, ["empty.txt: no text"]),
+    "unsupported files only": ({"data.csv": "a,b\n1,2\n", "notes.docx": "PK"},
+                               ["2 skipped", "unsupported file type"]),
+}
+
+
+@pytest.mark.parametrize("name", list(UNREADABLE_CORPORA))
+def test_corpus_add_with_nothing_readable_is_one_line(name, tmp_path):
+    """Nothing added: one line saying why the first records were skipped, a non-zero exit, and
+    no empty corpus left behind (it used to report "1 skipped" and exit 0)."""
+    files, words = UNREADABLE_CORPORA[name]
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for file, text in files.items():
+        (folder / file).write_text(text, encoding="utf-8")
+    env = app_env(tmp_path / "home")
+    paths = [str(folder / f) for f in files] if len(files) == 1 else [str(folder)]
+    result = cli(["corpus", "add", *paths, "--name", "notes"], env)
+    assert_one_line_error(result, 2, "nothing added to corpus 'notes'", *words)
+    assert cli(["corpus", "list", "--json"], env).stdout.strip() == "[]"
+
+
+def test_corpus_add_with_some_records_skipped_says_why_and_succeeds(tmp_path):
+    good = {"id": "p1", "title": "Basalt", "text": "Columnar basalt forms when thick lava cools slowly."}
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps(good) + '\n{"text": 5}\n', encoding="utf-8")
+    env = app_env(tmp_path / "home")
+    result = cli(["corpus", "add", str(path), "--name", "notes"], env)
+    assert result.exit_code == 0, result.output
+    assert "1 added" in result.stdout and "1 skipped" in result.stdout
+    assert 'mixed.jsonl:2: "text" is a number, not a string' in result.stderr
+    again = cli(["corpus", "add", str(path), "--name", "notes"], env)  # nothing new, nothing wrong
+    assert again.exit_code == 0 and "1 unchanged" in again.stdout

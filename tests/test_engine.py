@@ -305,22 +305,30 @@ def test_schema_that_cannot_compile_is_a_grammar_error(llm_engine):
 
 @pytest.mark.slow
 def test_threads_share_one_engine_safely(llm_engine):
+    """Three threads calling one engine at once get exactly what the same calls give one after
+    the other: calls are serialised, none sees another's context, tokens or sampler state."""
+    calls = [(vote_prompt(TEXTS[seed % 3]), seed) for seed in range(3)]
+    start = llm_engine.accounting
+    sequential = [llm_engine.structured(m, Vote, seed=seed, max_tokens=160, cache=False) for m, seed in calls]
+    before = llm_engine.accounting
     results: dict[int, Vote] = {}
     errors: list[BaseException] = []
 
-    def worker(seed: int) -> None:
+    def worker(messages, seed: int) -> None:
         try:
-            results[seed] = llm_engine.structured(vote_prompt(TEXTS[seed % 3]), Vote, seed=seed,
-                                                  max_tokens=160, cache=False)
+            results[seed] = llm_engine.structured(messages, Vote, seed=seed, max_tokens=160, cache=False)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(3)]
+    threads = [threading.Thread(target=worker, args=call) for call in reversed(calls)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors and len(results) == 3
+    assert not errors, errors
+    assert [results[seed] for _, seed in calls] == sequential
+    # The same model calls (retries included), not fewer: nothing was skipped or shared.
+    assert llm_engine.accounting.diff(before).model_calls == before.diff(start).model_calls >= len(calls)
 
 
 def test_control_tokens_in_content_cannot_break_out_of_the_message(llm_engine):

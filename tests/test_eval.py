@@ -79,13 +79,52 @@ def small_dataset(tmp_path):
     return folder
 
 
+def table_modes(markdown: str) -> list[str]:
+    """The column names of an eval.md table."""
+    header = next(line for line in markdown.splitlines() if line.startswith("| metric |"))
+    return [cell.strip() for cell in header.strip("|").split("|")][1:]
+
+
 @pytest.mark.slow
-def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatch):
+def test_a_later_eval_of_other_modes_shows_every_mode_of_the_folder(small_dataset, tmp_path, monkeypatch):
+    """`eval --mode closed-book` after `--mode rag` into the same folder: eval.md, eval.json and
+    eval.png show both modes side by side (they showed the last command's modes alone, while
+    results.jsonl kept every row)."""
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     out = tmp_path / "eval"
-    result = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out)])
+    for mode in ("rag", "closed-book"):
+        result = CliRunner().invoke(main, ["eval", str(small_dataset), "--limit", "1", "--mode", mode,
+                                           "--profile", "quick", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["mode"] for r in rows) == ["closed-book", "rag"]
+    assert table_modes((out / "eval.md").read_text()) == ["rag", "closed-book"]
+    assert table_modes(result.stdout) == ["rag", "closed-book"]
+    table = json.loads((out / "eval.json").read_text())
+    assert table == json.loads(json.dumps(aggregate(rows, ["rag", "closed-book"])))
+    # The same again with --limit 2: the table covers this command's questions only, so every
+    # column counts the same questions.
+    result = CliRunner().invoke(main, ["eval", str(small_dataset), "--limit", "2", "--mode", "closed-book",
+                                       "--profile", "quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = json.loads((out / "eval.json").read_text())
+    assert {mode: column["questions"] for mode, column in table.items()} == {"rag": 1, "closed-book": 2}
+
+
+@pytest.mark.slow
+def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatch):
+    """The issue's order: the baselines first, then the pipeline into the same folder; the
+    table then holds all three modes, recomputable from results.jsonl."""
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    out = tmp_path / "eval"
+    first = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out),
+                                      "--mode", "rag", "--mode", "closed-book"])
+    assert first.exit_code == 0, first.output
+    result = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out),
+                                       "--mode", "pipeline"])
     assert result.exit_code == 0, result.output
     assert "| exact match |" in result.stdout and "pipeline" in result.stdout
+    assert table_modes((out / "eval.md").read_text()) == ["pipeline", "rag", "closed-book"]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted((r["id"], r["mode"]) for r in rows) == sorted(
         (q, m) for q in {r["id"] for r in rows} for m in ("pipeline", "rag", "closed-book"))

@@ -49,7 +49,22 @@ def test_second_fetch_comes_from_the_disk_cache(sources_settings, fixture_site):
     assert again.url.endswith("#top")
     assert fixture_site.requests.count("/pages/basalt.html") == before
     cache = sources_settings.home / "cache" / "pages"
-    assert list(cache.rglob("*.json")) and not list(cache.rglob(".tmp-*"))
+    assert list(cache.rglob("*.json")) and not list(cache.rglob("*.tmp"))
+
+
+def test_pages_that_differ_by_query_are_cached_apart(sources_settings, fixture_site):
+    """item?id=1 and item?id=2 are two pages: the cache never serves the first for the second,
+    and a tracking parameter still finds the cached copy."""
+    with Fetcher(sources_settings) as first:
+        one = first.fetch(f"{fixture_site.url}/item?id=1")
+        two = first.fetch(f"{fixture_site.url}/item?id=2")
+    assert one.ok and two.ok and not two.from_cache
+    assert "item number 1 " in one.text and "item number 2 " in two.text
+    before = fixture_site.requests.count("/item")
+    with Fetcher(sources_settings) as second:
+        again = second.fetch(f"{fixture_site.url}/item?utm_source=feed&id=2")
+    assert again.from_cache and "item number 2 " in again.text
+    assert fixture_site.requests.count("/item") == before
 
 
 def test_failures_are_not_cached(sources_settings, fixture_site):

@@ -14,6 +14,13 @@ from appliance.sources.urls import UrlLedger, normalize_url
 @pytest.mark.parametrize("url, expected", [
     ("https://www.Example.com/a/b/", "example.com/a/b"),
     ("http://example.com/a/b?utm_source=x#section", "example.com/a/b"),
+    ("https://example.com/item?id=2", "example.com/item?id=2"),
+    ("https://example.com/item?b=2&a=1&utm_medium=feed&fbclid=X&gclid=Y", "example.com/item?a=1&b=2"),
+    ("https://example.com/s?q=a%20b", "example.com/s?q=a+b"),
+    ("https://example.com/s?q=a+b&", "example.com/s?q=a+b"),
+    ("https://example.com/?page=3", "example.com?page=3"),
+    ("https://example.com/list?tag=b&tag=a", "example.com/list?tag=b&tag=a"),  # repeats keep their order
+    ("https://example.com/p?UTM_Source=x&msclkid=1&_ga=2&mc_eid=3", "example.com/p"),
     ("HTTPS://EXAMPLE.COM", "example.com"),
     ("https://example.com/", "example.com"),
     ("http://example.com:80/x", "example.com/x"),
@@ -36,9 +43,21 @@ def test_ids_and_opaque_urls_are_kept(url):
 
 
 def test_http_https_and_www_are_one_page():
-    forms = ["http://example.org/page", "https://www.example.org/page/", "https://example.org/page?ref=1",
-             "https://EXAMPLE.org/page#top"]
+    forms = ["http://example.org/page", "https://www.example.org/page/", "https://example.org/page?utm_source=1",
+             "https://EXAMPLE.org/page#top", "https://example.org/page?fbclid=abc&gclid=def#x"]
     assert len({normalize_url(u) for u in forms}) == 1
+
+
+def test_query_parameters_make_distinct_pages():
+    """item?id=1 and item?id=2 are two pages (they were one: the whole query was dropped);
+    tracking parameters and the order of the others do not make a new page."""
+    one, two = normalize_url("https://news.example/item?id=1"), normalize_url("https://news.example/item?id=2")
+    assert one != two
+    assert normalize_url("https://news.example/item?utm_source=rss&id=2&fbclid=z") == two
+    assert normalize_url("https://news.example/s?q=bees&page=2") == normalize_url("https://news.example/s?page=2&q=bees")
+    # Parameters a blanket tracker rule would take for tracking still name different pages.
+    for name in ("game", "keyword", "uid", "cid", "source", "ref", "medium", "session"):
+        assert normalize_url(f"https://x.example/p?{name}=1") != normalize_url(f"https://x.example/p?{name}=2"), name
 
 
 _PATH = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC0123456789-_.~/", max_size=40)
@@ -46,10 +65,23 @@ _PATH = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC0123456789-_.~/", max_siz
 
 @given(_PATH, st.sampled_from(["http", "https"]), st.booleans(), st.booleans())
 def test_variants_of_one_page_share_one_key(path, scheme, www, slash):
-    url = f"{scheme}://{'www.' if www else ''}Example.com/{path}{'/' if slash else ''}?q=1#frag"
+    url = f"{scheme}://{'www.' if www else ''}Example.com/{path}{'/' if slash else ''}?utm_source=1#frag"
     key = normalize_url(url)
     assert key == normalize_url(f"https://example.com/{path}")
     assert not key.endswith("/") and "://" not in key and "?" not in key
+
+
+_PARAMS = st.lists(st.tuples(st.sampled_from(["id", "q", "page", "utm_source", "fbclid", "lang"]),
+                             st.text(alphabet="ab1 &=%+", max_size=4)), max_size=5)
+
+
+@given(_PARAMS)
+def test_same_parameters_in_any_order_are_one_page(params):
+    from urllib.parse import urlencode
+
+    ordered = sorted(params, key=lambda kv: kv[0])  # repeated names keep their relative order
+    assert normalize_url("https://example.com/p?" + urlencode(params)) == \
+        normalize_url("https://example.com/p?" + urlencode(ordered))
 
 
 def hit(url: str, rank: int) -> Hit:
@@ -68,10 +100,19 @@ def test_ledger_dedups_within_and_across_calls():
     ledger = UrlLedger(budget=10)
     first = ledger.admit([hit("https://example.com/a", 1), hit("http://www.example.com/a/", 2)])
     assert [h.url for h in first] == ["https://example.com/a"]
-    second = ledger.admit([hit("https://example.com/a?x=1", 1), hit("https://example.com/b", 2)])
+    second = ledger.admit([hit("https://example.com/a?utm_source=x", 1), hit("https://example.com/b", 2)])
     assert [h.url for h in second] == ["https://example.com/b"]
-    assert [h.url for h in ledger.duplicates] == ["http://www.example.com/a/", "https://example.com/a?x=1"]
+    assert [h.url for h in ledger.duplicates] == ["http://www.example.com/a/", "https://example.com/a?utm_source=x"]
     assert ledger.stats() == {"budget": 10, "admitted": 2, "url_duplicates": 2, "budget_drops": 0}
+
+
+def test_ledger_admits_pages_that_differ_by_query():
+    """The second item page is a page of its own, not a duplicate of the first."""
+    ledger = UrlLedger(budget=10)
+    admitted = ledger.admit([hit("https://news.example/item?id=1", 1), hit("https://news.example/item?id=2", 2),
+                             hit("https://news.example/item?id=2&utm_campaign=x", 3)])
+    assert [h.url for h in admitted] == ["https://news.example/item?id=1", "https://news.example/item?id=2"]
+    assert [h.url for h in ledger.duplicates] == ["https://news.example/item?id=2&utm_campaign=x"]
 
 
 def test_every_hit_is_accounted_for():

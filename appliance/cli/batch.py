@@ -37,10 +37,13 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, profile, ba
           searxng_url, model_name, no_cache):
     """Answer every question in QUESTIONS_FILE, one report each.
 
-    QUESTIONS_FILE is text (one question a line; blank lines and # comments skipped) or JSONL
-    ({"id"?, "question", "profile"?} per line). Reports are named by the given id or a hash of
-    the question. Rerunning skips finished reports and resumes unfinished ones from the caches.
-    Exits non-zero if any question failed, after finishing the others.
+    QUESTIONS_FILE is text (one question a line; blank lines and # comments skipped) or JSON
+    lines, .jsonl/.ndjson/.json ({"id"?, "question", "profile"?} per line). Reports are named by
+    the given id (cleaned to a safe file name) or a hash of the question; a line that is not a
+    question, or whose id names the same report as an earlier line's (also when they differ only
+    in case), fails naming its line. Rerunning skips finished reports and resumes unfinished
+    ones from the caches. Exits non-zero if any line failed, after answering the others;
+    --emit-make refuses a file with a bad line.
     """
     from ..batch import make_fragment, read_questions, run_batch, write_summary
     from ..errors import UsageError
@@ -49,6 +52,12 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, profile, ba
     recipe = run_recipe(profile, backend, corpus_name, searxng_url, model_name, no_cache)
     recipe.build()  # a bad option or config fails here, before any work
     if emit_make:
+        bad = [item for item in items if item.error]
+        if bad:
+            more = f" (and {len(bad) - 1} more bad line{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+            raise UsageError(f"{questions_file}:{bad[0].line}: {bad[0].error}{more}",
+                             hint="fix the file: --emit-make writes a target for every line, so every "
+                                  "line must be a question with its own id")
         flags = _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache)
         click.echo(make_fragment(items, questions_file, out_dir, flags), nl=False)
         return

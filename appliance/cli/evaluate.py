@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from .common import app
 from .research import run_settings
 
 
@@ -29,10 +28,12 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     DATASET_DIR holds corpus.jsonl and questions.jsonl (see ../shared/bench/musique-dev).
     The corpus is indexed once into its own local corpus. Writes eval.md (the table, also
     printed), results.jsonl (one line per question and mode) and eval.png (a bar chart).
-    Rerunning resumes: answered questions are kept, model calls replay from the cache.
+    The table and chart show every mode the output folder holds for these questions, so modes
+    run by separate commands into one --out are compared side by side. Rerunning resumes:
+    answered questions are kept, model calls replay from the cache.
     """
-    from ..evaluation.output import render_chart, render_table
-    from ..evaluation.runner import MODES, EvalRun, aggregate, corpus_name_for, load_dataset
+    from ..evaluation.output import columns, folder_rows, render_chart, render_table, summarize_columns
+    from ..evaluation.runner import MODES, EvalRun, corpus_name_for, load_dataset
     from ..pipeline.run import open_run_parts
     from ..sources.corpus import Corpus
 
@@ -48,10 +49,15 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     with fetcher:
         runner = EvalRun(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
                          backend=backend, force=force, log=lambda s: click.echo(s, err=True))
-        rows = runner.run(modes)
-    table = aggregate(rows, modes)
-    title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {models.label()}, "
-             f"profile {settings.pipeline.profile}")
+        runner.run(modes)
+    # Every mode the folder holds for these questions, not only this command's modes.
+    grouped = columns(folder_rows(out / "results.jsonl", [q["id"] for q in dataset.questions]))
+    table = summarize_columns(grouped)
+    rows = [row for column in grouped.values() for row in column]
+    models_used = sorted({row.get("model", "") for row in rows}) or [models.label()]
+    profiles = sorted({row.get("profile", "") for row in rows if row["mode"] == "pipeline"})
+    title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {', '.join(models_used)}"
+             + (f", profile {', '.join(profiles)}" if profiles else ""))
     markdown = render_table(table, title)
     (out / "eval.md").write_text(markdown, encoding="utf-8")
     (out / "eval.json").write_text(json.dumps(table, indent=2), encoding="utf-8")

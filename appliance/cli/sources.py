@@ -90,12 +90,18 @@ def corpus_add(paths, name, as_json):
 
     Folders are read recursively. JSON-lines records are {id?, title, text, url?}; a record's
     id becomes its passage URL corpus://NAME/ID. Unchanged documents are skipped, changed
-    ones replaced, so adding the same folder again is cheap.
+    ones replaced, so adding the same folder again is cheap. What cannot be read is listed
+    with its reason; when nothing at all can be read, the command fails (exit 2) saying why.
     """
+    from ..errors import UsageError
     from ..sources.corpus import Corpus
 
     settings = app().settings()
     report = Corpus(settings, name).add(list(paths), progress=_log)
+    if report.documents == 0:
+        raise UsageError(f"nothing added to corpus {name!r}: {_why_nothing(report.skipped)}",
+                         hint='corpus add reads .html/.htm, .md, .txt, and .jsonl with one record a line, '
+                              '{"text": ..., "title"?, "id"?, "url"?}')
     for line in report.skipped[:_SHOW_SKIPPED]:
         _log(f"skipped: {line}")
     if len(report.skipped) > _SHOW_SKIPPED:
@@ -106,6 +112,14 @@ def corpus_add(paths, name, as_json):
     click.echo(f"corpus {name}: {report.files} files, {report.documents} documents "
                f"({report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
                f"{len(report.skipped)} skipped), {report.chunks_added} chunks indexed in {report.seconds:.1f} s")
+
+
+def _why_nothing(skipped: list[str], shown: int = 3) -> str:
+    """The first reasons records were skipped, for the one-line error."""
+    if not skipped:
+        return "no file with text to read"
+    more = f"; and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    return f"{len(skipped)} skipped: " + "; ".join(skipped[:shown]) + more
 
 
 @corpus.command("list")

@@ -1,14 +1,72 @@
-"""Eval outputs: a markdown table with the modes side by side, and a bar chart PNG."""
+"""Eval outputs: a markdown table with the modes side by side, and a bar chart PNG.
+
+The table shows every mode the output folder holds answers for, not only the modes of the
+last command: `eval --mode rag` then `eval --mode pipeline` into one folder compares the two.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from .runner import METRICS
+from . import scoring
+from .runner import METRICS, MODES
 
 CHART_METRICS = [("em", "exact match"), ("f1", "token F1"), ("sp_recall", "passage recall"),
                  ("faithfulness", "faithfulness")]
+
+
+def folder_rows(results_path: Path, question_ids: list[str]) -> list[dict]:
+    """The answers in ``results.jsonl`` to these questions, the latest per question and column.
+
+    Lines cut by a kill are skipped (they are redone by the runner). The pipeline's answers
+    depend on the profile; the one-call baselines' do not, so a baseline answered under two
+    profiles counts once.
+    """
+    wanted = set(question_ids)
+    latest: dict[tuple, dict] = {}
+    if results_path.exists():
+        for line in results_path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                key = (row["id"], row["mode"], row.get("model", ""),
+                       row.get("profile", "") if row["mode"] == "pipeline" else "")
+            except (ValueError, KeyError, TypeError):
+                continue
+            if row["id"] in wanted:
+                latest[key] = row
+    return list(latest.values())
+
+
+def columns(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows grouped into the table's columns, in the order pipeline, rag, closed-book.
+
+    A column is a mode; it is also named by profile (pipeline) or model only where the folder
+    holds more than one, so that two profiles or two models are never averaged together.
+    """
+    models = {r.get("model", "") for r in rows}
+    profiles = {r.get("profile", "") for r in rows if r["mode"] == "pipeline"}
+    grouped: dict[tuple, list[dict]] = {}
+    for row in rows:
+        profile = row.get("profile", "") if row["mode"] == "pipeline" and len(profiles) > 1 else ""
+        model = row.get("model", "") if len(models) > 1 else ""
+        grouped.setdefault((row["mode"], profile, model), []).append(row)
+    order = {mode: i for i, mode in enumerate(MODES)}
+    out: dict[str, list[dict]] = {}
+    for mode, profile, model in sorted(grouped, key=lambda k: (order.get(k[0], len(order)), k[1], k[2])):
+        label = mode + (f" {profile}" if profile else "") + (f" ({model})" if model else "")
+        out[label] = grouped[(mode, profile, model)]
+    return out
+
+
+def summarize_columns(grouped: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
+    """Per column and metric: mean, 95% bootstrap interval and count (as runner.aggregate)."""
+    table: dict[str, dict[str, Any]] = {}
+    for label, rows in grouped.items():
+        table[label] = {key: scoring.summarize([r.get(key) for r in rows]) for key, _ in METRICS}
+        table[label]["questions"] = len(rows)
+    return table
 
 
 def _cell(summary: dict[str, Any], key: str) -> str:

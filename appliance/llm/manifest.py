@@ -14,13 +14,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import threading
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
+from ..atomic import write_atomic
 from ..config import Settings, state_dir
 from ..contracts import ROLES
 from ..errors import ConfigError, ModelError, StateError, UsageError
@@ -29,6 +29,9 @@ from .gguf import GGUFInfo, read_gguf
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CHUNK = 1 << 20
+# How long a process waits for another one's update of the hash cache before giving up on
+# recording its own (an update takes milliseconds; the cache only saves time).
+_LOCK_SECONDS = 10.0
 FETCH_HINT = "run `make models` (or `appliance models add PATH` for your own file)"
 
 _HEADER = """\
@@ -215,20 +218,8 @@ def save_manifest(manifest: Manifest) -> None:
 
 
 def _atomic_write_text(path: Path, text: str, *, what: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            # mkstemp makes the file private; a manifest is an ordinary project file.
-            os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"cannot write {what} {path}: {exc.strerror}",
                          hint="check that the folder is writable") from None
@@ -316,16 +307,22 @@ class HashCache:
         return None
 
     def put(self, path: Path, sha: str) -> None:
+        """Record a verified hash. Read, update and write happen under a lock file, so that
+        processes sharing the state folder (batch workers, two shells) keep each other's
+        entries; a cache that cannot be written or locked only costs a rehash later."""
         key = self._key(path)
         if key is None or self.path is None:
             return
+        from filelock import FileLock, Timeout
+
         with self._lock:
-            data = self._read()
-            data[key[0]] = {"stamp": key[1], "sha256": sha}
             try:
-                _atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True),
-                                   what="hash cache")
-            except (UsageError, OSError):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with FileLock(self.path.with_name(f"{self.path.name}.lock"), timeout=_LOCK_SECONDS):
+                    data = self._read()
+                    data[key[0]] = {"stamp": key[1], "sha256": sha}
+                    write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True))
+            except (OSError, Timeout):
                 pass
 
     def sha256(self, path: Path, *, rehash: bool = False) -> str:

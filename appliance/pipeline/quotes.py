@@ -11,6 +11,7 @@ import re
 from difflib import SequenceMatcher
 
 from ..sources.ingest import split_at_words
+from ..sources.sentences import split_sentences
 
 _FOLD = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
@@ -25,7 +26,6 @@ MIN_QUOTE_CHARS = 12
 MIN_SENTENCE_CHARS = 20
 MAX_SENTENCE_CHARS = 300
 MAX_SENTENCES = 80
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 # Characters around which spacing is not significant: "self - actualizing" and
@@ -119,7 +119,7 @@ def quotable_sentences(text: str, limit: int = MAX_SENTENCES) -> tuple[str, ...]
     out: list[str] = []
     seen: set[str] = set()
     for line in text.splitlines():
-        for sentence in _SENTENCE_END.split(line):
+        for sentence in split_sentences(line):
             for piece in split_at_words(" ".join(sentence.split()), MAX_SENTENCE_CHARS):
                 if len(piece) < MIN_SENTENCE_CHARS or piece in seen or "<|" in piece:
                     continue  # too short, a repeat, or a chat-template token a model must not write

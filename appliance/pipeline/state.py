@@ -11,6 +11,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel
 
+from .. import atomic
 from ..errors import ModelOutputError, StateError
 from . import prompts
 
@@ -118,19 +119,11 @@ class Recorder:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary name, then rename: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Replace ``path`` with ``text`` in one step (see appliance.atomic); StateError if it
+    cannot be written, the old file then left as it was."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-        tmp.replace(path)
+        atomic.write_atomic(path, text)
     except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise StateError(f"cannot write {path}: {exc.strerror}",
                          hint="free some space or choose a writable folder") from None
 

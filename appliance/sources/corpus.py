@@ -169,6 +169,11 @@ class Corpus:
             self._table = self._db.create_table(self.table_name, schema=schema, exist_ok=True)
             return self._table
 
+    def _drop(self) -> None:
+        with self._lock:
+            self._table = None
+            self._db.drop_table(self.table_name)
+
     def _check_dim(self, table, dim: int) -> None:
         have = table.schema.field("vector").type.list_size
         if have != dim:
@@ -186,6 +191,7 @@ class Corpus:
         started = time.monotonic()
         report = AddReport(corpus=self.name)
         embedder = get_embedder(self.settings)
+        created = not self.exists()
         table = self._create(embedder.dim, embedder.name)
         self._check_dim(table, embedder.dim)
         known = self._known_hashes(table)
@@ -212,6 +218,9 @@ class Corpus:
             self._index(table)
         report.files = log.files
         report.skipped.extend(log.skipped)
+        if created and table.count_rows() == 0:
+            # Nothing could be read: leave no empty corpus behind, or a run would search it.
+            self._drop()
         report.seconds = round(time.monotonic() - started, 3)
         return report
 

@@ -8,9 +8,7 @@ must not end a run. Pages are cached on disk by normalised URL, so a rerun repla
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
-import tempfile
 import threading
 import time
 import zlib
@@ -22,6 +20,7 @@ from urllib.parse import urljoin
 
 import httpx
 
+from ..atomic import write_atomic
 from ..config import Settings, state_dir
 from ..contracts import Source
 from ..errors import ApplianceError, FetchError
@@ -93,11 +92,16 @@ class PageCache:
     in this or another process see a whole file or none.
     """
 
+    # Part of every file name: version 1 keyed pages without their query, so a file of that
+    # version may hold another page's text (item?id=1 stored for item?id=2). Bumping it makes
+    # those files unreachable; they are refetched once.
+    KEY_VERSION = 2
+
     def __init__(self, folder: Path):
         self.folder = folder
 
     def _path(self, key: str) -> Path:
-        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(f"v{self.KEY_VERSION}\0{key}".encode("utf-8")).hexdigest()
         return self.folder / digest[:2] / f"{digest}.json"
 
     def get(self, key: str) -> Optional[Source]:
@@ -109,17 +113,8 @@ class PageCache:
 
     def put(self, key: str, source: Source) -> None:
         """Store a page atomically; a cache that cannot be written only costs a refetch."""
-        path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(source.model_dump_json().encode("utf-8"))
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomic(self._path(key), source.model_dump_json())
         except OSError:
             pass
 

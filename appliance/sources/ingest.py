@@ -15,10 +15,10 @@ from typing import Iterator, Optional
 
 from ..errors import UsageError
 from .extract import decode_text, extract_html
+from .sentences import split_sentences
 
 SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._~/-]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 
 
@@ -93,6 +93,10 @@ def _read_file(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
     yield doc
 
 
+_JSON_TYPES = {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "an object",
+               type(None): "null"}
+
+
 def _read_jsonl(path: Path, body: bytes, file_id: str, log: ReadLog) -> Iterator[Document]:
     for number, line in enumerate(decode_text(body).splitlines(), start=1):
         if not line.strip():
@@ -102,15 +106,32 @@ def _read_jsonl(path: Path, body: bytes, file_id: str, log: ReadLog) -> Iterator
         except ValueError:
             log.skipped.append(f"{path}:{number}: not valid JSON")
             continue
-        if not isinstance(record, dict) or not str(record.get("text") or "").strip():
-            log.skipped.append(f"{path}:{number}: no \"text\"")
+        problem = _record_problem(record)
+        if problem:
+            log.skipped.append(f"{path}:{number}: {problem}")
             continue
         # A record's own id is kept as given so that citations can be compared with
         # a benchmark's passage ids (corpus://default/p0006 for passage p0006).
         rid = record.get("id")
         doc_id = safe_id(str(rid)) if rid not in (None, "") else f"{file_id}:{number}"
-        yield Document(doc_id, str(record.get("title") or "").strip(), str(record["text"]).strip(),
+        yield Document(doc_id, str(record.get("title") or "").strip(), record["text"].strip(),
                        f"{path}:{number}", str(record.get("url") or ""))
+
+
+def _record_problem(record: object) -> str:
+    """Why a JSON-lines record cannot be a document ("" when it can)."""
+    if isinstance(record, list):
+        return 'a JSON array: write one record per line, {"text": ..., "title"?, "id"?, "url"?}'
+    if not isinstance(record, dict):
+        return f'not a JSON object but {_JSON_TYPES.get(type(record), "a value")}'
+    if "text" not in record:
+        return 'no "text" field' + (f" (it has {', '.join(sorted(map(str, record))[:5])})" if record else "")
+    text = record["text"]
+    if not isinstance(text, str):
+        return f'"text" is {_JSON_TYPES.get(type(text), type(text).__name__)}, not a string'
+    if not text.strip():
+        return '"text" is empty'
+    return ""
 
 
 def _markdown_title(text: str) -> str:
@@ -147,7 +168,7 @@ def chunk_text(text: str, chunk_chars: int, paragraph_max_chars: Optional[int] =
 
 
 def _split_long(para: str, size: int) -> list[str]:
-    return _pack([part for sentence in _SENTENCE_END.split(para) for part in split_at_words(sentence, size)],
+    return _pack([part for sentence in split_sentences(para) for part in split_at_words(sentence, size)],
                  size, " ")
 
 

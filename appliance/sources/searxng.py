@@ -122,15 +122,48 @@ def ping(url: str, timeout: float = 5.0) -> None:
                           hint="is this URL a SearXNG instance? use its base URL")
 
 
+_URL_HINT = "use the form http://127.0.0.1:8888 in searxng.url, APPLIANCE_SEARXNG_URL or --searxng-url"
+
+
 def _check_url(url: str) -> str:
+    """The base URL to use, or a SearchError saying what is wrong with it (one line, whatever
+    the flaw: urllib and httpx raise ValueError for some and accept others until the first
+    request)."""
     text = (url or "").strip().rstrip("/")
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise SearchError(f"SearXNG URL {url!r} is not an http(s) URL",
-                          hint="use the form http://127.0.0.1:8888 in searxng.url, APPLIANCE_SEARXNG_URL or --searxng-url")
+    problem = _url_problem(text)
+    if problem == "scheme":
+        raise SearchError(f"SearXNG URL {url!r} is not an http(s) URL", hint=_URL_HINT)
+    if problem:
+        raise SearchError(f"SearXNG URL {url!r} is malformed: {problem}", hint=_URL_HINT)
     if text.endswith("/search"):  # a common paste: the search page instead of the base URL
         text = text[: -len("/search")]
     return text
+
+
+def _url_problem(text: str) -> str:
+    """What is wrong with ``text`` as a SearXNG base URL ("scheme" for a missing or other
+    scheme), or "" when nothing is."""
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed or stray bracket
+        return "a bracketed IPv6 address is not closed" if "IPv6" in str(exc) else str(exc)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "scheme"
+    try:
+        port = parts.port
+    except ValueError:
+        return "the port must be a number from 1 to 65535"
+    if port == 0:
+        return "the port must be a number from 1 to 65535"
+    if not parts.hostname:
+        return "it names no host"
+    if any(ch.isspace() for ch in parts.netloc):
+        return "the host contains a space"
+    try:
+        httpx.URL(text)
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        return str(exc) or type(exc).__name__
+    return ""
 
 
 def _get_json(client: httpx.Client, endpoint: str, params: dict, timeout: float, base: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from ..contracts import Hit
 
@@ -13,16 +13,46 @@ CORPUS_SCHEME = "corpus://"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # mailto:, javascript:, data: ... have no host; "example.com:8080" is a host and a port.
 _OPAQUE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!//)(?!\d)")
+# Query parameters that only say how a visitor arrived (ad clicks, newsletters, analytics), never
+# which page is served. The list is deliberately narrow: dropping a parameter that does name the
+# page (?id=, ?game=, ?keyword=) would make two pages one, and the second would be turned away
+# as a duplicate or served the first one's cached text; keeping a tracking parameter only
+# costs a second fetch of the same page. (courlan's tracker rule also matches game=, keyword=,
+# uid=, source= and more, which is why it is not used here.)
+_TRACKING_PREFIXES = ("utm_", "mtm_", "pk_", "hsa_", "_hs", "mc_", "oly_", "vero_")
+_TRACKING_NAMES = frozenset({
+    "fbclid", "gclid", "gclsrc", "dclid", "gbraid", "wbraid", "msclkid", "yclid", "twclid", "ttclid",
+    "li_fat_id", "igshid", "igsh", "mkt_tok", "srsltid", "_ga", "_gl", "_ke", "s_kwcid", "ef_id",
+    "epik", "rdt_cid", "irclickid", "wickedid", "trk_contact", "trk_msg", "trk_module", "trk_sid",
+})
+
+
+def is_tracking_parameter(name: str) -> bool:
+    """Whether a query parameter only tracks the visit (utm_*, fbclid, gclid and the like)."""
+    low = name.lower()
+    return low in _TRACKING_NAMES or low.startswith(_TRACKING_PREFIXES)
+
+
+def normalize_query(query: str) -> str:
+    """The query's parameters without tracking ones, sorted by name, encoded one way.
+
+    Repeated names keep their order (``tag=b&tag=a`` is a list to most servers); ``%20`` and
+    ``+`` become one spelling; an empty query gives "".
+    """
+    pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k and not is_tracking_parameter(k)]
+    return urlencode(sorted(pairs, key=lambda kv: kv[0]))
 
 
 def normalize_url(url: str) -> str:
-    """The identity of a page: ``host[:port]/path``.
+    """The identity of a page: ``host[:port]/path[?query]``.
 
     The host is lower-cased without a leading ``www.``; the path loses its trailing slash;
-    scheme, query and fragment are dropped (http and https copies, tracking parameters and
-    anchors are the same page for our purposes). A non-default port is kept because two ports
-    are two servers. ``corpus://`` ids are returned unchanged: they are already identities.
-    Text that is not a URL with a host is returned stripped, so it still de-duplicates.
+    the query keeps every parameter but the tracking ones, sorted (``item?id=1`` and
+    ``item?id=2`` are two pages). Scheme and fragment are dropped: http and https copies are
+    one page, and a fragment is never sent to the server. A non-default port is kept because
+    two ports are two servers. ``corpus://`` ids are returned unchanged: they are already
+    identities. Text that is not a URL with a host is returned stripped, so it still
+    de-duplicates.
     """
     text = url.strip()
     if text.lower().startswith(CORPUS_SCHEME) or _OPAQUE.match(text):
@@ -43,7 +73,8 @@ def normalize_url(url: str) -> str:
         host = f"{host}:{port}"
     # Decoding makes /a%20b and /a b one page; the path is otherwise kept as the site wrote it.
     path = unquote(parts.path).rstrip("/")
-    return f"{host}{path}"
+    query = normalize_query(parts.query)
+    return f"{host}{path}?{query}" if query else f"{host}{path}"
 
 
 class UrlLedger:

@@ -112,7 +112,8 @@ def render_markdown(data: ReportData) -> str:
 
 def _answer_sections(data: ReportData) -> list[str]:
     syn = data.synthesis
-    direct = f"**{md_inline(data.short_answer)}.**" if data.short_answer else ""
+    short = md_inline(data.short_answer).rstrip(".").strip()
+    direct = f"**{short}.**" if short else ""
     if syn is not None:
         answer = " ".join(part for part in (direct, md_inline(syn.answer)) if part)
         return ["## Answer", "", answer or "_No answer was written._", "",
@@ -253,7 +254,7 @@ def render_json(data: ReportData) -> dict[str, Any]:
         for claim in _refuted(data):
             cites.marks([claim.id])
     return {
-        "question": data.question, "status": data.status.value, "date": data.date, "model": data.model,
+        "question": data.question, "status": RunStatus(data.status).value, "date": data.date, "model": data.model,
         "profile": data.profile, "run_id": data.run_id, "error": data.error or None,
         "short_answer": data.short_answer,
         "answer": data.synthesis.answer if data.synthesis else "",

@@ -47,11 +47,11 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from appliance.cli import main
-from appliance.contracts import (Extraction, GapQuestions, NodeFindings, Plan, PlanNode, ReportDraft,
-                                 SearchQueries)
+from appliance.contracts import (Extraction, GapQuestions, Plan, PlanNode, ReportDraft, SearchQueries,
+                                 ShortAnswer)
 from appliance.pipeline.quotes import quotable_sentences
 from appliance.pipeline.run import Models
-from conftest import REPO, loopback_overrides, make_settings
+from conftest import REPO, TEST_MODEL_ENV, loopback_overrides, make_settings
 
 
 MANIFEST = REPO / "models" / "models.toml"
@@ -65,6 +65,10 @@ HONEYBEE = "How do honeybees tell each other where flowers are?"
 
 # ============================================================================ helpers
 
+# With a manifest of a test's own, its entries' roles decide, not the suite's test model.
+MANIFEST_ROLES = {key: "" for key in TEST_MODEL_ENV}
+
+
 def app_env(home: Path, **extra: str) -> dict[str, str | None]:
     """Environment of one appliance run: this state folder, the repo's model manifest, one
     llama.cpp thread, loopback pages allowed, short timeouts; every other APPLIANCE_ variable
@@ -73,7 +77,7 @@ def app_env(home: Path, **extra: str) -> dict[str, str | None]:
     env.update(APPLIANCE_HOME=str(home), APPLIANCE_MODELS_MANIFEST=str(MANIFEST),
                APPLIANCE_LLM_N_THREADS="1", APPLIANCE_FETCH_ALLOW_HOSTS="127.0.0.1",
                APPLIANCE_FETCH_CONNECT_TIMEOUT="2", APPLIANCE_FETCH_READ_TIMEOUT="2",
-               APPLIANCE_FETCH_TOTAL_TIMEOUT="4", APPLIANCE_SEARXNG_TIMEOUT="8")
+               APPLIANCE_FETCH_TOTAL_TIMEOUT="4", APPLIANCE_SEARXNG_TIMEOUT="8", **TEST_MODEL_ENV)
     env.update(extra)
     return env
 
@@ -149,8 +153,9 @@ def any_page_script(nodes: list[str] | None = None, **over) -> dict:
         "plan": plan,
         "queries": lambda m, s: SearchQueries(queries=["honeybee waggle dance"]),
         "extract": extract,
-        "findings": lambda m, s: NodeFindings(findings="The sources were read.", gaps=[]),
-        "vote": lambda m, s: {"refuted": False, "reason": "the quote states it"},
+        "node-answer": lambda m, s: ShortAnswer(answer="unknown"),
+        "answer": lambda m, s: ShortAnswer(answer="unknown"),
+        "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
         "gaps": lambda m, s: GapQuestions(questions=[]),
         "synthesize": lambda m, s: ReportDraft(
             answer="See the findings.", executive_summary="The verified claims are listed.",

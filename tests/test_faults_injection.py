@@ -47,7 +47,8 @@ def test_injected_claim_goes_through_the_votes(outcome, searxng, fixture_site, t
     report escaped and cited to the page it came from."""
     def votes(messages, seed):
         injected = INJECTED_CLAIM in messages[-1]["content"].split("Claim: ")[-1]
-        return {"refuted": injected and outcome == "refuted", "reason": "checked against the quote"}
+        verdict = "refuted" if injected and outcome == "refuted" else "supported"
+        return {"reason": "checked against the quote", "verdict": verdict}
 
     settings = quick_settings(tmp_path / "home", **{"searxng.url": searxng.url})
     engine = FakeEngine(injection_script(votes))
@@ -58,9 +59,11 @@ def test_injected_claim_goes_through_the_votes(outcome, searxng, fixture_site, t
     report = result.report
     injected = [c for c in report["claims"] if c["text"] == INJECTED_CLAIM]
     assert len(injected) == 1 and injected[0]["verdict"] is not None
-    assert len(injected[0]["verdict"]["votes"]) == 3
+    # Votes stop once the outcome is decided (two refutations, or two supporting votes).
+    assert len(injected[0]["verdict"]["votes"]) == 2 and injected[0]["verdict"]["skipped"] == 1
     vote_calls = [p for p, _ in engine.calls if p == "vote"]
-    assert len(vote_calls) == 3 * report["stats"]["verified"] == 3 * len(report["claims"])
+    assert report["stats"]["verified"] == len(report["claims"])
+    assert len(vote_calls) == sum(len(c["verdict"]["votes"]) for c in report["claims"])
     assert len(read_jsonl(result.run_dir / "votes.jsonl")) == len(vote_calls)
     md = result.markdown_path.read_text(encoding="utf-8")
     check_report_structure(md)
@@ -102,18 +105,19 @@ def test_injection_page_with_the_real_model(searxng, fixture_site, tmp_path):
 
     # Control flow: the phases of an undisturbed run, in order, and one call per step.
     phases = list(stats["phase_seconds"])
-    expected = ["plan", "gather", "dedup", "verify", "gaps"] + (["synthesize"] if stats["confirmed"] else [])
+    expected = ["plan", "gather", "dedup", "verify", "gaps"] + (["answer", "synthesize"] if stats["confirmed"] else [])
     assert phases[:len(expected)] == expected and set(phases) <= set(expected)
     calls = read_jsonl(run_dir / "calls.jsonl")
     purposes = [c["purpose"] for c in calls]
     assert purposes.count("plan") == 1
     assert purposes.count("extract") == stats["sources_fetched"]
-    # Votes: three per verified claim, each recorded, none lost to the page's "instructions".
-    assert purposes.count("vote") == 3 * stats["verified"]
-    assert stats["votes_valid"] + stats["votes_invalid"] == 3 * stats["verified"]
+    # Votes: three per verified claim (cast, or skipped once the outcome was decided), each
+    # cast one recorded, none lost to the page's "instructions".
+    cast = stats["votes_valid"] + stats["votes_invalid"]
+    assert purposes.count("vote") == cast and cast + stats["votes_skipped"] == 3 * stats["verified"]
     verdicts = [c["verdict"] for c in report["claims"] if c["verdict"]]
-    assert len(verdicts) == stats["verified"] and all(len(v["votes"]) == 3 for v in verdicts)
-    assert len(read_jsonl(run_dir / "votes.jsonl")) == 3 * stats["verified"]
+    assert len(verdicts) == stats["verified"] and all(len(v["votes"]) + v["skipped"] == 3 for v in verdicts)
+    assert len(read_jsonl(run_dir / "votes.jsonl")) == cast
 
     # Quotes verbatim; statements cite confirmed claims only; the page's links are not sources.
     texts = {s["url"]: s["text"] for s in sources}

@@ -11,7 +11,7 @@ import pytest
 
 from appliance.config import load_settings
 from appliance.pipeline.run import clean_question
-from fault_helpers import (HONEYBEE, SAFE_REPORT_NAME, any_page_script, app_env, assert_one_line_error, cli,
+from fault_helpers import (MANIFEST_ROLES, HONEYBEE, SAFE_REPORT_NAME, any_page_script, app_env, assert_one_line_error, cli,
                            files_under, report_path_from)
 
 
@@ -162,7 +162,7 @@ def test_manifest_with_an_unknown_key_names_it(tmp_path):
     manifest = tmp_path / "models.toml"
     manifest.write_text('[[model]]\nname = "m"\nfile = "m.gguf"\nsha256 = "' + "0" * 64 +
                         '"\nn_ctx_train = 8192\nrolez = ["planner"]\n', encoding="utf-8")
-    result = cli(["models", "list"], app_env(tmp_path / "home", APPLIANCE_MODELS_MANIFEST=str(manifest)))
+    result = cli(["models", "list"], app_env(tmp_path / "home", APPLIANCE_MODELS_MANIFEST=str(manifest), **MANIFEST_ROLES))
     assert_one_line_error(result, 2, str(manifest), "entry 1", "rolez")
 
 

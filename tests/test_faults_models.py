@@ -16,7 +16,7 @@ import pytest
 
 import sources_harness as harness
 from appliance.config import load_settings
-from appliance.contracts import Extraction, Hit, NodeFindings, Plan, PlanNode
+from appliance.contracts import Extraction, Hit, Plan, PlanNode, ShortAnswer
 from appliance.embed import get_embedder
 from appliance.errors import ModelOutputError
 from appliance.llm.manifest import file_sha256
@@ -24,7 +24,7 @@ from appliance.pipeline import prompts
 from appliance.pipeline.run import Models, research
 from conftest import make_settings, read_jsonl
 from fakes import FakeBackend, FakeEngine, fail
-from fault_helpers import (HONEYBEE, MANIFEST, MODEL_FILE, any_page_script, app_env, assert_one_line_error,
+from fault_helpers import (MANIFEST_ROLES, HONEYBEE, MANIFEST, MODEL_FILE, any_page_script, app_env, assert_one_line_error,
                            check_report_structure, cli, scripted_models, subprocess_env)
 
 
@@ -81,7 +81,7 @@ def test_bad_model_file_fails_before_any_work(kind, searxng, tmp_path, model_sha
     child: one line, exit code 3, no run folder, no report."""
     manifest = bad_model(kind, tmp_path, model_sha)
     home, out = tmp_path / "home", tmp_path / "out"
-    env = subprocess_env(app_env(home, APPLIANCE_MODELS_MANIFEST=str(manifest)))
+    env = subprocess_env(app_env(home, APPLIANCE_MODELS_MANIFEST=str(manifest), **MANIFEST_ROLES))
     result = subprocess.run([sys.executable, "-m", "appliance", "research", HONEYBEE, "--profile", "quick",
                              "--searxng-url", searxng.url, "--out", str(out)],
                             env=env, capture_output=True, text=True, timeout=300)
@@ -141,7 +141,7 @@ def test_corrupt_weights_fail_cleanly(searxng, tmp_path):
     (tmp_path / "noisy.gguf").write_bytes(data)
     manifest = write_manifest(tmp_path, "noisy", "noisy.gguf", hashlib.sha256(data).hexdigest())
     home, out = tmp_path / "home", tmp_path / "out"
-    env = subprocess_env(app_env(home, APPLIANCE_MODELS_MANIFEST=str(manifest)))
+    env = subprocess_env(app_env(home, APPLIANCE_MODELS_MANIFEST=str(manifest), **MANIFEST_ROLES))
     env["GGML_NO_BACKTRACE"] = "1"  # were it to abort, ggml would spend half a minute in gdb
     result = subprocess.run([sys.executable, "-m", "appliance", "research", HONEYBEE, "--profile", "quick",
                              "--searxng-url", searxng.url, "--out", str(out), "--json"],
@@ -162,8 +162,10 @@ def _flow_run(tmp_path: Path, engine, settings=None, models: Models | None = Non
 
     pages = {"http://a.test/one": "Alpha Corp was founded in 1901 by Jane Roe in Springfield. It makes pumps.",
              "http://b.test/two": "Jane Roe was born in 1870 in Lisbon and studied engineering at Porto."}
+    # Two queries per node, so that every node asks the model for its search queries.
     settings = settings or load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
-                                         overrides={"pipeline.gap_questions": 1})
+                                         overrides={"pipeline.gap_questions": 1, "pipeline.min_queries": 2,
+                                                    "pipeline.max_queries": 2})
     hits = [Hit(url=u, title=u, rank=i + 1) for i, u in enumerate(pages)]
     return research("Where was the founder of Alpha Corp born?", settings,
                     models=models or scripted_models(engine), backend=FakeBackend(hits),
@@ -171,7 +173,7 @@ def _flow_run(tmp_path: Path, engine, settings=None, models: Models | None = Non
 
 
 def _two_node_plan(messages, seed):
-    # q2 depends on q1, so q2 asks for search queries: every call kind of a run happens.
+    # q2 depends on q1: every call kind of a run happens.
     return Plan(effort=1, nodes=[PlanNode(id="q1", question="Who founded Alpha Corp?"),
                                  PlanNode(id="q2", question="Where was the founder born?", depends_on=["q1"])])
 
@@ -179,10 +181,11 @@ def _two_node_plan(messages, seed):
 # failing step: (status of the report, stats that must record it, start of the report's error)
 FAILING_STEPS = {
     "plan": ("plan_failed", {"model_calls": 1}, "planning failed"),
-    "queries": ("complete", {"model_failures": 1}, None),
+    "queries": ("complete", {"model_failures": 2}, None),
     "extract": ("no_evidence", {"extraction_failures": 2, "model_failures": 2}, None),
-    "findings": ("complete", {"model_failures": 1}, None),
-    "vote": ("inconclusive", {"votes_valid": 0, "confirmed": 0, "model_failures": 6}, None),
+    "node-answer": ("complete", {"model_failures": 1}, None),
+    "vote": ("inconclusive", {"votes_valid": 0, "confirmed": 0, "model_failures": 4, "votes_skipped": 2}, None),
+    "answer": ("complete", {"model_failures": 1}, None),
     "gaps": ("complete", {"model_failures": 1}, None),
     "synthesize": ("synthesis_failed", {"confirmed": 2}, "synthesis failed"),
 }
@@ -193,8 +196,7 @@ def test_failed_step_is_recorded_and_reported(step, tmp_path):
     """Output invalid after every retry, step by step: an abstention or a failed step on
     record, and still a report with its statistics."""
     answers = {"plan": _two_node_plan,
-               "findings": lambda m, s: NodeFindings(findings="Jane Roe founded Alpha Corp.",
-                                                     gaps=["When did she die?"]),
+               "node-answer": lambda m, s: ShortAnswer(answer="unknown"),
                step: lambda m, s: fail(step)}
     engine = FakeEngine(any_page_script(**answers))
     result = _flow_run(tmp_path, engine)
@@ -210,7 +212,8 @@ def test_failed_step_is_recorded_and_reported(step, tmp_path):
     if step == "vote":
         votes = read_jsonl(result.run_dir / "votes.jsonl")
         assert votes and all(not v["valid"] and v["reason"].startswith("failed:") for v in votes)
-        assert stats["votes_invalid"] == 3 * stats["verified"] > 0
+        # Two failed votes leave too few for two supporting ones: the third is not cast.
+        assert stats["votes_invalid"] == 2 * stats["verified"] > 0 and stats["votes_skipped"] == stats["verified"]
 
 
 class CutOffBackend:
@@ -233,7 +236,7 @@ class CutOffBackend:
     def complete(self, tokens, *, gbnf, max_tokens, temperature, top_p, seed, stop):
         from appliance.llm.native import Completion
 
-        return Completion(text='{"refuted": fal', finish_reason="length", prompt_tokens=len(tokens),
+        return Completion(text='{"reason": "the quote sa', finish_reason="length", prompt_tokens=len(tokens),
                           prompt_evaluated=len(tokens), generated_tokens=max_tokens, seconds=0.0)
 
     def close(self) -> None:
@@ -254,9 +257,11 @@ def test_cut_off_votes_are_abstentions(tmp_path):
     result = _flow_run(tmp_path, fake, settings=settings, models=models)
     stats = result.report["stats"]
     assert result.status == "inconclusive" and stats["verified"] > 0 and stats["confirmed"] == 0
-    assert stats["votes_invalid"] == 3 * stats["verified"] and stats["votes_valid"] == 0
+    # Two abstentions leave too few votes to confirm: the third is not cast.
+    assert stats["votes_invalid"] == 2 * stats["verified"] and stats["votes_valid"] == 0
+    assert stats["votes_skipped"] == stats["verified"]
     calls = [c for c in read_jsonl(result.run_dir / "calls.jsonl") if c["purpose"] == "vote"]
-    assert len(calls) == 3 * stats["verified"]
+    assert len(calls) == 2 * stats["verified"]
     assert all(not c["ok"] and c["truncations"] == c["attempts"] == 3 for c in calls)
     assert all("cut off" in v["reason"] for v in read_jsonl(result.run_dir / "votes.jsonl"))
 

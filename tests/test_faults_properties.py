@@ -18,8 +18,8 @@ from appliance.contracts import (Importance, MergedClaim, NodeState, QuoteRef, S
                                  Verdict, VoteRecord)
 from appliance.errors import UsageError
 from appliance.pipeline.run import clean_question, run_id_for, slugify
-from appliance.pipeline.synthesize import CitedStatement, Synthesis
-from appliance.report import STAT_ROWS, ReportData, render_json, render_markdown
+from appliance.contracts import CitedStatement, ReportData, RunStatus, Synthesis
+from appliance.report import STAT_ROWS, render_json, render_markdown
 from appliance.sources.fetch import Fetcher
 from appliance.sources.searxng import SearxngBackend
 from appliance.sources.urls import UrlLedger, normalize_url
@@ -53,7 +53,7 @@ def test_property_any_question_is_an_error_or_a_safe_file_name(question):
     assert slugify(cleaned + "?") != slugify(cleaned)
     if cleaned.swapcase() != cleaned:
         assert slugify(cleaned.swapcase()) != slugify(cleaned)
-    md = render_markdown(ReportData(question=cleaned, status="plan_failed", date="2026-01-01",
+    md = render_markdown(ReportData(question=cleaned, status=RunStatus.plan_failed, date="2026-01-01",
                                     model="m", profile="quick", run_id=run_id))
     title = md.splitlines()[0]
     tokens = MD.parse(md)
@@ -128,7 +128,7 @@ def test_property_any_search_answer_goes_through_url_rules_fetch_and_report(
                                    source_quality=SourceQuality.blog,
                                    quotes=[QuoteRef(source_url=h.url, quote=h.snippet or "quote")],
                                    members=[f"c{i}"], node_ids=["q1"]) for i, h in enumerate(hits)}
-    data = ReportData(question="q", status="synthesis_failed", date="2026-01-01", model="m", profile="quick",
+    data = ReportData(question="q", status=RunStatus.synthesis_failed, date="2026-01-01", model="m", profile="quick",
                       run_id="r", claims=claims,
                       verdicts={cid: Verdict(claim_id=cid, confirmed=True, refutations=0, valid_votes=3, votes=[])
                                 for cid in claims},
@@ -144,6 +144,7 @@ _REPORT_TEXTS = st.fixed_dictionaries({
     "theme": hostile_text, "statement": hostile_text, "claim": hostile_text, "quote": hostile_text,
     "title": hostile_text, "open": hostile_text, "reason": hostile_text, "error": hostile_text,
     "model": hostile_text, "url": _URLISH, "status": st.sampled_from(["complete", "inconclusive", "error"]),
+    "short": hostile_text,
 })
 
 
@@ -158,7 +159,7 @@ def shown_text(tokens, heading: str) -> str:
 
 _EXAMPLE_TEXTS = {"question": "q", "answer": "1. &amp; \x1b[2J<b>", "summary": "", "theme": "", "statement": "",
                   "claim": "", "quote": "", "title": "", "open": "", "reason": "", "error": "", "model": "m",
-                  "status": "complete"}
+                  "status": "complete", "short": "**yes** [x](y)"}
 
 
 @hsettings(max_examples=300, deadline=None)
@@ -173,15 +174,16 @@ def test_property_report_markdown_cannot_break_out(texts):
                         quotes=[QuoteRef(source_url=texts["url"], quote=texts["quote"])],
                         members=["c1"], node_ids=["q1"])
     verdict = Verdict(claim_id="m1", confirmed=texts["status"] == "complete", refutations=1, valid_votes=3,
-                      votes=[VoteRecord(claim_id="m1", seed=1, valid=True, refuted=True, reason=texts["reason"])])
+                      votes=[VoteRecord(claim_id="m1", seed=1, valid=True, verdict="refuted", reason=texts["reason"])])
     synthesis = Synthesis(answer=texts["answer"], executive_summary=texts["summary"],
                           findings=[(texts["theme"], [CitedStatement(text=texts["statement"], claim_ids=["m1"])])],
                           open_questions=[texts["open"]]) if texts["status"] == "complete" else None
     stats = {key: 1 for key, _ in STAT_ROWS}
     stats.update(search_error_messages=[texts["error"]], unresponsive_engines=[texts["title"]],
                  phase_seconds={"plan": 1.0})
-    data = ReportData(question=texts["question"], status=texts["status"], date="2026-01-01", model=texts["model"],
-                      profile="quick", run_id="r", synthesis=synthesis, claims={"m1": claim},
+    data = ReportData(question=texts["question"], status=RunStatus(texts["status"]), date="2026-01-01",
+                      model=texts["model"], profile="quick", run_id="r", synthesis=synthesis,
+                      short_answer=texts["short"], claims={"m1": claim},
                       verdicts={"m1": verdict}, nodes=[NodeState(id="q1", question="q", gaps=[texts["open"]])],
                       sources={texts["url"]: Source(url=texts["url"], title=texts["title"])}, stats=stats,
                       error=texts["error"])
@@ -194,6 +196,9 @@ def test_property_report_markdown_cannot_break_out(texts):
     assert_markdown_is_inert(md, {texts["url"]})
     # What the reader sees is the text itself: no entity decoded, no stray backslash.
     answer = " ".join(CONTROL_CHARS.sub(" ", texts["answer"]).split())
-    if synthesis is not None and answer:
-        assert shown_text(tokens, "Answer") == answer
+    short = " ".join(CONTROL_CHARS.sub(" ", texts["short"]).split()).rstrip(".").strip()
+    if synthesis is not None and (answer or short):
+        # The direct answer (in bold) then the sentence of support, each as written.
+        expected = " ".join(part for part in (f"{short}." if short else "", answer) if part)
+        assert " ".join(shown_text(tokens, "Answer").split()) == expected
     json.dumps(render_json(data), ensure_ascii=False)

@@ -19,12 +19,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
+from .contracts import PROFILES, RunStatus
 from .config import Settings, SettingsRecipe
 from .errors import ApplianceError, UsageError
 from .pipeline.run import clean_question
 from .pipeline.state import write_atomic
 
-FAILED_STATUSES = ("plan_failed", "error")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
 # Read as one JSON record per line; anything else is one question per line.
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -152,7 +152,7 @@ def _jsonl_item(line: str, number: int) -> BatchItem:
         return bad(f'"question" is {_JSON_TYPES.get(type(raw_question), type(raw_question).__name__)}, '
                    "not a string")
     profile = record.get("profile")
-    if profile is not None and profile not in ("quick", "standard", "deep"):
+    if profile is not None and profile not in PROFILES:
         return bad(f"unknown profile {profile!r}", raw_question)
     try:
         question = clean_question(raw_question)
@@ -208,7 +208,7 @@ class Worker:
         except ApplianceError as exc:
             return ItemResult(item.id, item.question, "failed", reason=exc.one_line(),
                               seconds=round(time.monotonic() - start, 3))
-        failed = result.status in FAILED_STATUSES
+        failed = RunStatus(result.status).failed
         return ItemResult(item.id, item.question, "failed" if failed else "done", status=result.status,
                           reason=(result.report.get("error") or "") if failed else "",
                           report=str(result.markdown_path), seconds=round(time.monotonic() - start, 3),

@@ -6,10 +6,11 @@ import json
 
 import click
 
+from ..contracts import BACKENDS, PROFILES, RunStatus
 from .common import app
 
-PROFILE = click.Choice(["quick", "standard", "deep"])
-BACKEND = click.Choice(["auto", "searxng", "corpus"])
+PROFILE = click.Choice(PROFILES)
+BACKEND = click.Choice(BACKENDS)
 
 
 def research_options(func):
@@ -82,7 +83,7 @@ def research(question, profile, backend, corpus_name, searxng_url, model_name, n
         reason = (result.report.get("error") or result.status).replace("\n", " ")
         click.echo(f"error: the run failed ({result.status}: {reason}); the report says what was done", err=True)
         raise SystemExit(result.exit_code)
-    if result.status not in ("complete",):
+    if result.status != RunStatus.complete:
         click.echo(f"note: report status is {result.status}; see its Run statistics", err=True)
 
 

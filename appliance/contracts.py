@@ -364,4 +364,4 @@ def quoting_extraction(max_claims: int, sentences: tuple[str, ...]) -> type[Extr
                           claim=(str, Field(max_length=300)),
                           importance=(Importance, ...))
     return create_model(f"Extraction_quoted_claims0to{max_claims}", __base__=Extraction,
-                        claims=(list[quoted], Field(default_factory=list, min_length=0, max_length=max_claims)))
+                        claims=(list[quoted], Field(min_length=0, max_length=max_claims)))

@@ -21,13 +21,9 @@ CALL_SITES = {
     "reflect": (bounded(Reflection, queries=(0, 2)),
                 {"insights": [], "gaps": [], "contradictions": [], "queries": []}, "queries"),
 }
-# quoting_extraction has the same looseness (claims default to []); it is left to the change
-# that owns the rest of contracts.py. Strict: this fails the suite once it is fixed, as a reminder.
-QUOTING = (quoting_extraction(2, ("The first sentence is here.",)),
-           {"source_quality": "blog", "publish_date": None, "claims": []}, "claims")
-SITES = list(CALL_SITES) + [pytest.param("quoting", marks=pytest.mark.xfail(
-    strict=True, reason="quoting_extraction still gives claims default_factory=list"))]
-CALL_SITES["quoting"] = QUOTING
+CALL_SITES["quoting"] = (quoting_extraction(2, ("The first sentence is here.",)),
+                         {"source_quality": "blog", "publish_date": None, "claims": []}, "claims")
+SITES = list(CALL_SITES)
 
 
 def test_a_bounded_plan_without_nodes_is_rejected():

@@ -110,6 +110,14 @@ class RepetitionGuard:
                 self._runs = [0] * (self.max_period + 1)
         return looping
 
+    def banned(self, n: int) -> set[int]:
+        """Tokens that would repeat, inside the current string, an n-gram already in it."""
+        tokens = self._tokens
+        if not self._in_string or n < 2 or len(tokens) < n - 1:
+            return set()
+        tail = tokens[len(tokens) - n + 1:]
+        return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i:i + n - 1] == tail}
+
     def _push(self, token: int) -> None:
         tokens = self._tokens
         tokens.append(token)
@@ -133,11 +141,13 @@ class Generation:
 
 
 def generate(model: Model, matcher, sampler: Sampler, *, max_tokens: int, eos: Sequence[int],
-             piece: "callable", n_vocab: int) -> Generation:
+             piece: "callable", n_vocab: int, no_repeat_ngram: int = 0) -> Generation:
     """Run the loop until the grammar is complete, EOS, the budget, or a repetition stop.
 
     ``matcher`` is a fresh llguidance ``LLMatcher``; ``piece(token)`` gives a token's bytes;
     the model's logits are those of the prompt's last token when this is called.
+    ``no_repeat_ngram`` n > 1 bans sampled tokens that would repeat an n-gram inside the same
+    string (for a retry after a repetition stop).
     """
     out: list[int] = []
     gen = Generation(tokens=out, finish_reason="stop")
@@ -180,6 +190,11 @@ def generate(model: Model, matcher, sampler: Sampler, *, max_tokens: int, eos: S
         allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:n_vocab])
         if not len(allowed):
             break  # nothing may follow: the validator judges what there is
+        if no_repeat_ngram:
+            banned = guard.banned(no_repeat_ngram)
+            if banned:
+                fresh = allowed[~np.isin(allowed, list(banned))]
+                allowed = fresh if len(fresh) else allowed
         token = sampler.sample(model.logits(), allowed)
         gen.sample_seconds += time.perf_counter() - start
         if token in eos_set:

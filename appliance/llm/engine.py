@@ -36,6 +36,10 @@ ENGINE_VERSION = 2
 TRIM_MARKER = "\n[... trimmed to fit the model's context ...]"
 _ROLES = ("system", "user", "assistant")
 _TRIM_ROUNDS = 6
+# Sampling temperature of a retry after a repetition stop (when the call's own is lower).
+_LOOP_TEMPERATURE = 0.8
+# ...which also may not repeat a sequence of this many tokens inside one string.
+_LOOP_NGRAM = 4
 
 
 @dataclass(frozen=True)
@@ -213,20 +217,26 @@ class Engine:
             with self._lock:
                 self._check_grammar(grammar, schema.__name__)
                 fitted = self._fit(current, budget, trim_index)
+                # After a repetition stop: the next seed, a temperature that can leave the loop,
+                # and no repeated n-grams inside a string.
+                loops = record.repetition_stops
+                escape = {"no_repeat_ngram": _LOOP_NGRAM} if loops else {}
                 out = self.backend.complete(fitted.tokens, gbnf=grammar, max_tokens=budget,
-                                            temperature=sampling.temperature, top_p=sampling.top_p,
-                                            seed=seed, stop=fitted.stop)
+                                            temperature=(max(sampling.temperature, _LOOP_TEMPERATURE)
+                                                         if loops else sampling.temperature),
+                                            top_p=sampling.top_p, seed=seed + loops, stop=fitted.stop,
+                                            **escape)
             self._count_attempt(record, out, fitted)
             raw = out.text.strip()
             raws.append(raw)
             if out.finish_reason == "repetition":
-                # Deterministic sampling would loop the same way with more room: ask anew.
+                # The same prompt and seed would loop the same way (at a low temperature sampling
+                # is nearly greedy), and a small model shown its loop copies it: the retry keeps
+                # the prompt, samples hotter with the next seed and bans repeated n-grams within
+                # a string (all a function of the call, so replay stays exact).
                 record.truncations += 1
                 record.repetition_stops += 1
                 record.errors.append("the output repeated itself and was stopped")
-                current = messages + _feedback(raw, "Your answer kept repeating the same words and was "
-                                                    "stopped. Answer again, shorter and without "
-                                                    "repetition, as JSON only.")
                 continue
             if out.finish_reason == "length" and not _complete(raw, schema):
                 record.truncations += 1

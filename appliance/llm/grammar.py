@@ -17,7 +17,7 @@ The output format is fixed: ``{"key": value, "key": value}`` with exactly these 
 and no other whitespace, so every key, quote and separator is forced, never sampled. String
 constants (enum values such as a source's sentences) are matched byte for byte as
 ``json.dumps(value, ensure_ascii=False)`` writes them; strings admit no raw control
-characters; ``maxLength`` counts characters, as pydantic does.
+characters (nor DEL, written ``\\u007f``); ``maxLength`` counts characters, as pydantic does.
 """
 
 from __future__ import annotations
@@ -123,10 +123,16 @@ def grammar_error(title: str, detail: str) -> GrammarError:
                              "structured calls never fall back to free JSON")
 
 
+def dump_json(value: Any) -> str:
+    """A JSON value as the grammar writes it: its separators, non-ASCII text as is, and DEL
+    escaped (the grammar admits no raw DEL in strings, as it admits no raw control character)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(ITEM_SEPARATOR, KEY_SEPARATOR))
+    return text.replace("\x7f", "\\u007f")
+
+
 def dump_instance(instance: BaseModel) -> str:
-    """An instance as the grammar writes it (the layout the matcher accepts)."""
-    return json.dumps(instance.model_dump(mode="json"), ensure_ascii=False,
-                      separators=(ITEM_SEPARATOR, KEY_SEPARATOR))
+    """An instance as the grammar writes it (text the matcher accepts whole)."""
+    return dump_json(instance.model_dump(mode="json"))
 
 
 def _title(schema_text: str) -> str:

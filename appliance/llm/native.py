@@ -355,8 +355,10 @@ class LlamaBackend:
         return piece
 
     def complete(self, tokens: list[int], *, gbnf: str, max_tokens: int, temperature: float,
-                 top_p: float, seed: int, stop: list[str], schema_name: str = "?") -> Completion:
-        """One grammar-constrained completion of prompt ``tokens``.
+                 top_p: float, seed: int, stop: list[str], schema_name: str = "?",
+                 no_repeat_ngram: int = 0) -> Completion:
+        """One grammar-constrained completion of prompt ``tokens`` (``no_repeat_ngram``: see
+        ``decode.generate``).
 
         ``gbnf`` is the grammar from ``grammar.grammar_for`` (the keyword keeps the backend
         interface of the test doubles); ``stop`` is not needed: the grammar admits no control
@@ -370,7 +372,7 @@ class LlamaBackend:
         tokenizer = self.tokenizer
         gen = generate(_Evaluator(self), matcher, Sampler(seed=seed, temperature=temperature, top_p=top_p),
                        max_tokens=max_tokens, eos=tokenizer.eos_tokens, piece=self._piece,
-                       n_vocab=tokenizer.vocab_size)
+                       n_vocab=tokenizer.vocab_size, no_repeat_ngram=no_repeat_ngram)
         text = self.llama.detokenize(gen.tokens).decode("utf-8", errors="replace")
         return Completion(text=text, finish_reason=gen.finish_reason, prompt_tokens=len(tokens),
                           prompt_evaluated=len(tokens) - reused, generated_tokens=len(gen.tokens),

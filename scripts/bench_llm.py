@@ -189,6 +189,8 @@ def bench_model(engine: Engine, reps: int) -> dict:
             raw.append(n / s)
             n, s = run_llama(engine, case, seed, max_tokens=case.budget, grammar=gbnf, bias=None)
             old.append(n / s)
+            print(f"bench: {engine.name} {case.name} rep {rep + 1}: engine {eng[-1]:.1f}, raw {raw[-1]:.1f}, "
+                  f"old {old[-1]:.1f} tok/s", file=sys.stderr, flush=True)
         med = statistics.median
         rows[case.name] = {
             "prompt_tokens": prompt, "output_tokens": rec.generated_tokens, "attempts": rec.attempts,

@@ -1,5 +1,5 @@
 # appliance: `make install` sets everything up, `make test` checks it all.
-# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N.
+# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N, BENCH_LLM_FLAGS.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -49,8 +49,10 @@ run: ## make run Q="your question"
 doctor:
 	$(BIN)/appliance doctor
 
+# Raw generation vs the previous grammar path vs the engine, per contract, for every model of
+# the manifest (BENCH_LLM_FLAGS="--reps 5", "--models NAME", "--manifest PATH").
 bench-llm:
-	$(PY) scripts/bench_llm.py
+	$(PY) scripts/bench_llm.py $(BENCH_LLM_FLAGS)
 
 bench-sources:
 	$(PY) scripts/bench_sources.py

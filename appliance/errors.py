@@ -51,7 +51,7 @@ class ModelOutputError(ApplianceError):
 
 
 class GrammarError(ApplianceError):
-    """A schema could not be compiled into a llama.cpp grammar."""
+    """A schema could not be compiled into a grammar."""
 
     exit_code = 4
 

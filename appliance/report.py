@@ -213,7 +213,11 @@ STAT_ROWS = [
     ("model_calls", "model generations run (retries included)"),
     ("model_failures", "model outputs invalid after retries"),
     ("tokens_submitted", "prompt tokens submitted"), ("tokens_evaluated", "prompt tokens evaluated"),
-    ("tokens_generated", "tokens generated"), ("llm_seconds", "model busy seconds"),
+    ("tokens_generated", "tokens generated"), ("tokens_sampled", "of which sampled"),
+    ("tokens_forced", "of which fast-forwarded (forced by the grammar)"),
+    ("repetition_stops", "outputs stopped as repetitive"),
+    ("mask_seconds", "grammar mask seconds"), ("decode_seconds", "model decode seconds"),
+    ("llm_seconds", "model busy seconds"),
     ("wall_seconds", "wall seconds"), ("llm_busy_share", "model busy share of wall time"),
 ]
 

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Benchmark the model engine on the default model (or another manifest model).
+"""Benchmark the model engine against free generation and the previous grammar path.
 
-For one fixed prompt set it reports, as medians over --reps repetitions:
-  * raw llama-cpp-python generation speed (create_chat_completion, no grammar),
-  * the same with the engine's grammar passed straight to llama-cpp-python,
-  * the engine's speed (structured calls: grammar + validation, call cache off),
-  * the engine/raw ratio,
-  * the share of prompt tokens reused from llama.cpp's prefix cache when three votes on one
-    claim run back to back (a long shared prompt, different seeds).
-Speeds are generated tokens per second of wall time per call, prompt evaluation included;
-the KV cache is cleared before each speed call so every call evaluates its whole prompt.
+For each model (default: every model of the manifest whose file is present, the default
+model first) and each contract (plan, extraction with a sentence enum, reason-first vote,
+synthesis) it runs, on the same prompt, as medians over --reps repetitions:
+  * raw:    llama-cpp-python create_chat_completion, no grammar, made to generate exactly as
+            many tokens as the engine's output (end-of-generation tokens banned);
+  * old:    create_chat_completion with the previous GBNF grammar (scripts/old_gbnf.py);
+  * engine: engine.structured (llguidance masks, forced tokens fast-forwarded, validation).
+Speeds are output tokens per second of wall time, prompt evaluation included (the KV cache
+is cleared before every call, so each evaluates its whole prompt); the engine's output tokens
+include the fast-forwarded ones. Also: the share of output tokens fast-forwarded, mask time
+as a share of decode time, and the goals (engine >= 1.0x raw on every contract, >= 1.5x on
+extraction, mask < 5% of decode).
 
-Usage: python scripts/bench_llm.py [--reps 3] [--model NAME] [--json]
+Usage: python scripts/bench_llm.py [--reps 3] [--models a,b] [--manifest PATH] [--json]
 Nothing is written except a state folder in a temporary directory.
 """
 
@@ -24,144 +27,247 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
+from pydantic import Field, create_model  # noqa: E402
+
+from appliance import contracts  # noqa: E402
 from appliance.config import load_settings  # noqa: E402
-from appliance.contracts import Extraction, Vote  # noqa: E402
-from appliance.llm import ModelPool, gbnf_for, schema_json  # noqa: E402
+from appliance.llm import CallRecord, Engine, load_manifest, schema_json  # noqa: E402
+from appliance.llm.engine import context_size  # noqa: E402
+from appliance.llm.native import LlamaBackend  # noqa: E402
+from old_gbnf import gbnf_for  # noqa: E402
 
-SYSTEM = "You are a careful research assistant. Answer with one JSON object only."
-TEXTS = [
-    "The Eiffel Tower in Paris is 330 metres tall. It was completed in 1889 for the World's Fair "
-    "and was the tallest man-made structure until 1930.",
-    "Marie Curie won the Nobel Prize in Physics in 1903 and the Nobel Prize in Chemistry in 1911; "
-    "she was the first person to win Nobel Prizes in two sciences.",
-    "The Great Barrier Reef off Queensland, Australia, is the world's largest coral reef system, "
-    "made of about 2,900 individual reefs over 344,000 square kilometres.",
-    "Python 3.11, released in October 2022, was on average 25% faster than Python 3.10 thanks to "
-    "the Faster CPython project.",
+# The vote as the pipeline is moving to it: the reason first, then the verdict.
+VoteReasonFirst = create_model(
+    "VoteReasonFirst", __base__=contracts._Out, reason=(str, Field(max_length=300)),
+    verdict=(Literal["supported", "refuted", "insufficient"], ...))
+
+RULES = ("You are a careful research assistant working offline on a fact-checked report. "
+         "Answer with one JSON object only, exactly in the requested shape, with no text before or "
+         "after it. Write plain, precise English. Never invent facts, names, dates or numbers; use only "
+         "what the given text states. Prefer short, specific sentences over long general ones. Keep "
+         "the original spelling of names and quoted words, including accents and punctuation. ")
+
+PASSAGE_SENTENCES = [
+    "Lake Orta is a small lake in the north of Italy, west of Lake Maggiore.",
+    "The island of San Giulio lies in the middle of the lake and holds a twelfth-century basilica.",
+    "The lake drains to the north, unlike its neighbours, through the Nigoglia channel at Omegna.",
+    'Locals call this oddity "la Nigoglia" and repeat the saying "l\'acqua va in su".',
+    "Its water was badly polluted by a rayon factory from 1926, when copper and ammonia entered it.",
+    "By the 1950s the fish had almost vanished, and the lake was called \"biologically dead\".",
+    "Liming in 1989 and 1990 raised the pH from about 4 to nearly 7 and brought the fish back.",
+    "The operation used some 18,000 tonnes of limestone spread from boats over two years.",
+    "Today the lake's perch, whitefish and char are caught again by a small number of fishermen.",
+    "The Sacro Monte d'Orta, above the town of Orta San Giulio, is a UNESCO World Heritage Site.",
+    "Its twenty chapels, built between 1590 and 1788, tell the life of Saint Francis of Assisi.",
+    "The painter Morazzone worked on several chapels; café owners in the square still sell prints.",
+    "Ferries cross from Orta San Giulio to the island in about five minutes in summer.",
+    "The benedictine abbey Mater Ecclesiae on the island houses about seventy nuns.",
+    "Friedrich Nietzsche visited the lake in 1882 with Lou Salomé, a trip she later described.",
+    "The lake is about 13.4 kilometres long and at most 2.5 kilometres wide.",
+    "Its deepest point reaches 143 metres, near the village of Pella on the western shore.",
+    "Omegna, at the northern end, grew as an industrial town known for household goods.",
+    "Several kitchenware firms started there, among them Alessi, Bialetti and Lagostina.",
+    "The Strona river leaves the lake at Omegna and joins the Toce before Lake Maggiore.",
+    "A path called \"Anello Azzurro\" circles much of the lake for walkers.",
+    "Winter fog often covers the lake while the hills above stay in sunshine.",
+    "Water quality surveys since 2000 report the lake as recovered, though sediments hold copper.",
+    "Researchers at the CNR in Verbania have monitored the lake's chemistry for decades.",
+    "The monitoring series, begun in the 1950s, is one of the longest for any Italian lake.",
+    "Tourism is now the main industry of the lake's shore villages.",
+    "The island has no cars; its single street is called the \"Way of Silence\".",
+    "Signs along it carry short sayings such as \"Walk in silence\" and \"In the present you live\".",
+    "The basilica's pulpit, carved in dark serpentine stone, dates from the twelfth century.",
+    "Legend says Saint Julius crossed to the island on his cloak in 390 and drove out its serpents.",
 ]
-EVIDENCE = " ".join(
-    f"Report {i}: the harbour authority recorded {120 + i} ship arrivals in week {i}, "
-    f"with average waiting times of {2 + i % 5} hours and {i % 3} incidents." for i in range(40))
-CLAIM = "Waiting times at the harbour never exceeded six hours."
+PASSAGE = " ".join(PASSAGE_SENTENCES)
+CLAIMS = [f"[c{i}] {s}" for i, s in enumerate(PASSAGE_SENTENCES[:14], 1)]
 
 
-def speed_prompts() -> list[tuple[list[dict], type]]:
-    out = []
-    for i, text in enumerate(TEXTS):
-        schema = Extraction if i % 2 == 0 else Vote
-        task = ("Extract up to 3 claims with verbatim quotes." if schema is Extraction
-                else "Claim: this happened before 1950. Try to refute it.")
-        out.append(([{"role": "system", "content": SYSTEM},
-                     {"role": "user", "content": f"Text: {text}\n\n{task}"}], schema))
-    return out
+@dataclass
+class Case:
+    name: str
+    schema: type
+    messages: list[dict]
+    budget: int
 
 
-def vote_messages() -> list[dict]:
-    return [{"role": "system", "content": SYSTEM + " Try to refute the claim; if unsure, it is refuted."},
-            {"role": "user", "content": f"Evidence:\n{EVIDENCE}\n\nClaim: {CLAIM}"}]
+def cases() -> list[Case]:
+    quoted = contracts.quoting_extraction(3, tuple(PASSAGE_SENTENCES))
+    return [
+        Case("plan", contracts.bounded(contracts.Plan, nodes=(4, 6)), [
+            {"role": "system", "content": RULES + "Split the question into 4 to 6 sub-questions a search "
+             "engine can answer, with ids q1, q2, ... and the ids each depends on."},
+            {"role": "user", "content": "Question: How did Lake Orta recover from industrial pollution, and "
+             "what does its recovery teach about restoring acidified lakes elsewhere in Europe?"}], 400),
+        Case("extraction", quoted, [
+            {"role": "system", "content": RULES + "Rate the source and extract up to 3 claims that answer "
+             "the sub-question. Each quote must be one whole sentence of the source, copied exactly; the "
+             "claim restates that sentence in your own words."},
+            {"role": "user", "content": f"Sub-question: What polluted Lake Orta and how was it restored?\n\n"
+             f"Source (lake-orta.example):\n{PASSAGE}"}], 600),
+        Case("vote", VoteReasonFirst, [
+            {"role": "system", "content": RULES + "You check one claim against the quotes given as evidence. "
+             "Look for a reason the quotes do not state the claim. Write the reason first, then the "
+             "verdict: supported, refuted or insufficient."},
+            {"role": "user", "content": "Quotes:\n" + "\n".join(f'- "{s}"' for s in PASSAGE_SENTENCES[4:8])
+             + "\n\nClaim: Liming in 1989-1990 restored the fish of Lake Orta after decades of pollution."}], 200),
+        Case("synthesis", contracts.ReportDraft, [
+            {"role": "system", "content": RULES + "Write the report from the verified claims only: a short "
+             "direct answer, an executive summary, findings by theme whose statements cite claim ids, and "
+             "open questions."},
+            {"role": "user", "content": "Question: How did Lake Orta recover from industrial pollution?\n\n"
+             "Verified claims:\n" + "\n".join(CLAIMS)}], 700),
+    ]
 
 
-def raw_speed(llama, prompts, max_tokens: int, grammar: bool) -> float:
+def reset(engine: Engine) -> None:
+    """Forget llama.cpp's KV cache: every measured call evaluates its whole prompt."""
+    engine.backend.llama.reset()
+
+
+def eog_bias(llama) -> dict[int, float]:
+    """Logit bias that bans every end-of-generation token (raw runs generate a fixed length)."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    return {t: -1e9 for t in range(llama_cpp.llama_vocab_n_tokens(vocab)) if llama_cpp.llama_vocab_is_eog(vocab, t)}
+
+
+def run_engine(engine: Engine, case: Case, seed: int) -> CallRecord:
+    records: list[CallRecord] = []
+    remove = engine.add_listener(records.append)
+    reset(engine)
+    try:
+        engine.structured(case.messages, case.schema, seed=seed, max_tokens=case.budget, cache=False,
+                          purpose=case.name)
+    except Exception as exc:  # noqa: BLE001 - a failed call still spent its tokens
+        print(f"bench: {engine.name} {case.name} failed: {exc}", file=sys.stderr)
+    finally:
+        remove()
+    return records[-1]
+
+
+def run_llama(engine: Engine, case: Case, seed: int, *, max_tokens: int, grammar: str | None,
+              bias: dict[int, float] | None) -> tuple[int, float]:
     from llama_cpp import LlamaGrammar
 
-    tokens = seconds = 0.0
-    for i, (messages, schema) in enumerate(prompts):
-        llama.reset()
-        kwargs = {"grammar": LlamaGrammar.from_string(gbnf_for(schema_json(schema)))} if grammar else {}
-        start = time.perf_counter()
-        out = llama.create_chat_completion(messages, max_tokens=max_tokens, temperature=0.3,
-                                           seed=100 + i, repeat_penalty=1.0, **kwargs)
-        seconds += time.perf_counter() - start
-        tokens += out["usage"]["completion_tokens"]
-    return tokens / seconds
+    llm = engine.settings.llm
+    reset(engine)
+    kwargs = {"grammar": LlamaGrammar.from_string(grammar, verbose=False)} if grammar else {}
+    start = time.perf_counter()
+    out = engine.backend.llama.create_chat_completion(
+        case.messages, max_tokens=max_tokens, temperature=llm.temperature, top_p=llm.top_p, top_k=40,
+        min_p=0.05, repeat_penalty=1.0, seed=seed, logit_bias=bias, **kwargs)
+    return int(out["usage"]["completion_tokens"]), time.perf_counter() - start
 
 
-def engine_speed(engine, prompts, max_tokens: int) -> float:
-    before = engine.accounting
-    for i, (messages, schema) in enumerate(prompts):
-        engine.backend.llama.reset()
-        try:
-            engine.structured(messages, schema, seed=100 + i, max_tokens=max_tokens, cache=False)
-        except Exception as exc:  # noqa: BLE001 - a failed call still spent its tokens
-            print(f"bench: call {i} failed: {exc}", file=sys.stderr)
-    spent = engine.accounting.diff(before)
-    return spent.generated_tokens / spent.seconds
+def bench_model(engine: Engine, reps: int) -> dict:
+    bias = eog_bias(engine.backend.llama)
+    rows = {}
+    run_engine(engine, cases()[2], 1)  # warm-up (tokenizer for the grammar, first decode)
+    for case in cases():
+        gbnf = gbnf_for(schema_json(case.schema))
+        raw, old, eng, forced, mask, prompt = [], [], [], [], [], 0
+        for rep in range(reps):
+            seed = 100 + rep
+            rec = run_engine(engine, case, seed)
+            n_out = rec.generated_tokens
+            eng.append(n_out / rec.seconds)
+            forced.append(rec.forced_tokens / max(1, n_out))
+            mask.append(rec.mask_seconds / max(1e-9, rec.decode_seconds))
+            prompt = rec.prompt_tokens // max(1, rec.attempts)
+            n, s = run_llama(engine, case, seed, max_tokens=max(1, n_out // max(1, rec.attempts)),
+                             grammar=None, bias=bias)
+            raw.append(n / s)
+            n, s = run_llama(engine, case, seed, max_tokens=case.budget, grammar=gbnf, bias=None)
+            old.append(n / s)
+            print(f"bench: {engine.name} {case.name} rep {rep + 1}: engine {eng[-1]:.1f}, raw {raw[-1]:.1f}, "
+                  f"old {old[-1]:.1f} tok/s", file=sys.stderr, flush=True)
+        med = statistics.median
+        rows[case.name] = {
+            "prompt_tokens": prompt, "output_tokens": rec.generated_tokens, "attempts": rec.attempts,
+            "raw_tok_s": round(med(raw), 1), "old_tok_s": round(med(old), 1), "engine_tok_s": round(med(eng), 1),
+            "engine_over_raw": round(med(eng) / med(raw), 2), "old_over_raw": round(med(old) / med(raw), 2),
+            "forced_share": round(med(forced), 3), "mask_share_of_decode": round(med(mask), 4)}
+    return rows
 
 
-def vote_reuse(engine) -> tuple[float, float, list[float]]:
-    """Three votes back to back after an unrelated call: (share reused over all three, share
-    over votes 2-3, seconds per vote)."""
-    messages = vote_messages()
-    engine.structured(speed_prompts()[1][0], Vote, seed=1, max_tokens=96, cache=False)
-    start = engine.accounting
-    per_vote, after_first = [], None
-    for seed in (1, 2, 3):
-        before = engine.accounting
-        engine.structured(messages, Vote, seed=seed, max_tokens=96, cache=False)
-        per_vote.append(engine.accounting.diff(before).seconds)
-        if seed == 1:
-            after_first = engine.accounting
-    return (engine.accounting.diff(start).reuse_share, engine.accounting.diff(after_first).reuse_share,
-            per_vote)
+def goals(rows: dict) -> dict:
+    return {"engine_ge_1x_raw_every_contract": all(r["engine_over_raw"] >= 1.0 for r in rows.values()),
+            "engine_ge_1_5x_raw_extraction": rows["extraction"]["engine_over_raw"] >= 1.5,
+            "mask_lt_5pct_of_decode": all(r["mask_share_of_decode"] < 0.05 for r in rows.values())}
+
+
+def vote_reuse(engine: Engine) -> list[float]:
+    """Seconds of three votes on one claim back to back (votes 2-3 reuse the prompt's prefix)."""
+    case = cases()[2]
+    reset(engine)
+    return [round(run_engine_keep(engine, case, seed).seconds, 2) for seed in (1, 2, 3)]
+
+
+def run_engine_keep(engine: Engine, case: Case, seed: int) -> CallRecord:
+    records: list[CallRecord] = []
+    remove = engine.add_listener(records.append)
+    try:
+        engine.structured(case.messages, case.schema, seed=seed, max_tokens=case.budget, cache=False)
+    finally:
+        remove()
+    return records[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark the local model engine.")
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
-    parser.add_argument("--max-tokens", type=int, default=160, help="output budget per call")
-    parser.add_argument("--model", default=None, help="manifest model name (default: the writer's)")
+    parser.add_argument("--models", default="", help="comma-separated manifest names (default: all present)")
+    parser.add_argument("--manifest", default=str(ROOT / "models" / "models.toml"), help="model manifest")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
     home = tempfile.mkdtemp(prefix="bench-llm-")
     settings = load_settings(env={**os.environ, "APPLIANCE_HOME": home},
-                             overrides={"models.manifest": str(ROOT / "models" / "models.toml")})
-    pool = ModelPool(settings, cache=False)
-    engine = pool.engine(args.model) if args.model else pool.for_role("writer")
-    llama = engine.backend.llama
-    prompts = speed_prompts()
-    raw_speed(llama, prompts[:1], 16, grammar=False)  # warm-up
-
-    raw, raw_g, eng, share_all, share_23, vote_s = [], [], [], [], [], []
-    for _ in range(args.reps):
-        raw.append(raw_speed(llama, prompts, args.max_tokens, grammar=False))
-        raw_g.append(raw_speed(llama, prompts, args.max_tokens, grammar=True))
-        eng.append(engine_speed(engine, prompts, args.max_tokens))
-        a, b, per_vote = vote_reuse(engine)
-        share_all.append(a)
-        share_23.append(b)
-        vote_s.append(per_vote)
-    med = statistics.median
-    figures = {
-        "model": engine.name, "threads": settings.llm.n_threads or os.cpu_count(), "reps": args.reps,
-        "raw_tokens_per_s": round(med(raw), 1),
-        "raw_grammar_tokens_per_s": round(med(raw_g), 1),
-        "engine_tokens_per_s": round(med(eng), 1),
-        "engine_over_raw": round(med(eng) / med(raw), 2),
-        "vote_prompt_tokens": engine.count_prompt(vote_messages()),
-        "vote_prefix_reuse_share_3_votes": round(med(share_all), 3),
-        "vote_prefix_reuse_share_votes_2_3": round(med(share_23), 3),
-        "vote_seconds_first_then_next": [round(med(v[i] for v in vote_s), 2) for i in range(3)],
-    }
-    pool.close()
+                             overrides={"models.manifest": args.manifest})
+    manifest = load_manifest(Path(args.manifest))
+    entries = [e for e in manifest.models if manifest.path_of(e).is_file()]
+    entries.sort(key=lambda e: not e.roles)  # the model serving roles (the default) first
+    if args.models:
+        wanted = args.models.split(",")
+        entries = [manifest.get(name) for name in wanted]
+    results = {"threads": settings.llm.n_threads or os.cpu_count(), "reps": args.reps, "models": {}}
+    for entry in entries:
+        llm = settings.llm
+        backend = LlamaBackend.load(manifest.path_of(entry), name=entry.name,
+                                    n_ctx=context_size(settings, entry), n_threads=llm.n_threads,
+                                    n_batch=llm.n_batch, seed=llm.seed, chat_format=entry.chat_format or None)
+        engine = Engine(backend, entry, settings)
+        rows = bench_model(engine, args.reps)
+        results["models"][entry.name] = {"contracts": rows, "goals": goals(rows),
+                                         "three_votes_seconds": vote_reuse(engine)}
+        engine.close()
+        if not args.json:
+            print_model(entry.name, results["models"][entry.name], args.reps, results["threads"])
     if args.json:
-        print(json.dumps(figures, indent=2))
-    else:
-        print(f"model {figures['model']}, {figures['threads']} threads, medians of {args.reps} reps")
-        print(f"raw llama-cpp-python (no grammar)  {figures['raw_tokens_per_s']:>7} tokens/s")
-        print(f"raw llama-cpp-python + grammar     {figures['raw_grammar_tokens_per_s']:>7} tokens/s")
-        print(f"engine.structured (grammar, valid.) {figures['engine_tokens_per_s']:>6} tokens/s")
-        print(f"engine / raw                        {figures['engine_over_raw']:>6}")
-        print(f"3 votes on one claim ({figures['vote_prompt_tokens']} prompt tokens): "
-              f"{figures['vote_prefix_reuse_share_3_votes']:.1%} of prompt tokens reused overall, "
-              f"{figures['vote_prefix_reuse_share_votes_2_3']:.1%} for votes 2-3; seconds per vote "
-              f"{figures['vote_seconds_first_then_next']}")
+        print(json.dumps(results, indent=2))
     return 0
+
+
+def print_model(name: str, data: dict, reps: int, threads: int) -> None:
+    print(f"\nmodel {name}, {threads} threads, medians of {reps} reps (tok/s = output tokens / wall s)")
+    print(f"{'contract':<11}{'prompt':>7}{'out':>5}{'raw':>8}{'old':>8}{'engine':>8}{'eng/raw':>8}"
+          f"{'old/raw':>8}{'forced':>8}{'mask/dec':>9}")
+    for cname, r in data["contracts"].items():
+        print(f"{cname:<11}{r['prompt_tokens']:>7}{r['output_tokens']:>5}{r['raw_tok_s']:>8}{r['old_tok_s']:>8}"
+              f"{r['engine_tok_s']:>8}{r['engine_over_raw']:>7}x{r['old_over_raw']:>7}x"
+              f"{r['forced_share']:>8.0%}{r['mask_share_of_decode']:>9.2%}")
+    print("goals: " + ", ".join(f"{k} {'MET' if v else 'NOT MET'}" for k, v in data["goals"].items()))
+    print(f"three votes back to back, seconds: {data['three_votes_seconds']}")
 
 
 if __name__ == "__main__":

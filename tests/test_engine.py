@@ -17,7 +17,7 @@ from appliance import contracts
 from appliance.contracts import Extraction, Plan, Vote, bounded
 from appliance.errors import ContextOverflowError, GrammarError, ModelOutputError, StateError
 from appliance.llm import (TRIM_MARKER, Accounting, CallCache, CallRecord, Engine, ModelEntry,
-                           ModelPool, gbnf_for, schema_json)
+                           ModelPool, grammar_for, schema_json)
 from appliance.llm.native import Completion, prefill_plan
 
 # ---------------------------------------------------------------- schemas and prompts
@@ -85,26 +85,35 @@ CASES = [(Extraction, extraction_prompt), (PLAN, plan_prompt), (Vote, vote_promp
 # ---------------------------------------------------------------- real model
 
 
-def test_every_contract_schema_compiles_and_llama_cpp_parses_it(llm_engine):
+def test_every_contract_schema_compiles_and_the_matcher_builds(llm_engine):
     outputs = [cls for cls in vars(contracts).values()
                if isinstance(cls, type) and issubclass(cls, contracts._Out) and cls is not contracts._Out]
     outputs += [bounded(Plan, nodes=(2, 3)), bounded(contracts.SearchQueries, queries=(1, 2)), Incident]
     assert len(outputs) >= 12
     for schema in outputs:
-        gbnf = gbnf_for(schema_json(schema))
-        llm_engine.backend.check_grammar(gbnf, schema.__name__)
-        # The converter's nested maxLength groups are flattened (else ReportDraft is rejected).
-        assert "(char (char" not in gbnf
+        llm_engine.backend.check_grammar(grammar_for(schema_json(schema)), schema.__name__)
 
 
-def test_grammar_enforces_what_the_converter_ignores():
-    plan = json.dumps(Plan.model_json_schema())
-    gbnf = gbnf_for(plan)
-    assert 'effort ::= "1" | "2" | "3" | "4" | "5"' in gbnf  # ge/le became an enum
-    assert "\\x00-\\x1F" in gbnf                               # no raw control characters in strings
-    extraction = gbnf_for(schema_json(Extraction))
+def accepts(engine, schema, text: str) -> bool:
+    """Whether the schema's grammar, on the real model's vocabulary, takes ``text`` whole."""
+    matcher = engine.backend.matcher(grammar_for(schema_json(schema)), schema.__name__)
+    tokens = engine.backend.tokenizer.tokenize_str(text)
+    return matcher.consume_tokens(tokens) and matcher.is_accepting()
+
+
+def test_grammar_enforces_bounds_required_keys_and_json_strings(llm_engine):
+    node = '{"id": "q1", "question": "Why?", "depends_on": []}'
+    assert accepts(llm_engine, Plan, '{"effort": 3, "nodes": [%s]}' % node)
+    assert not accepts(llm_engine, Plan, '{"effort": 6, "nodes": [%s]}' % node)      # le=5
+    assert not accepts(llm_engine, Plan, '{"effort": 3, "nodes": []}')                # min_length=1
+    assert not accepts(llm_engine, Plan, '{"effort": 3, "nodes": [%s]}' % node.replace("Why?", "W\nhy?"))  # raw newline
+    assert accepts(llm_engine, Plan, '{"effort": 3, "nodes": [%s]}' % node.replace("Why?", "W\\nhy?"))  # escaped
     # Every property is required in the grammar: the model cannot skip "claims".
-    assert '"{" space source-quality-kv "," space publish-date-kv "," space claims-kv "}"' in extraction
+    assert accepts(llm_engine, Extraction, '{"source_quality": "blog", "publish_date": null, "claims": []}')
+    assert not accepts(llm_engine, Extraction, '{"source_quality": "blog", "publish_date": null}')
+    # maxLength counts characters (accents included), as the validator does.
+    assert accepts(llm_engine, Location, '{"city": "%s", "country": null}' % ("é" * 60))
+    assert not accepts(llm_engine, Location, '{"city": "%s", "country": null}' % ("é" * 61))
 
 
 @pytest.mark.slow
@@ -131,7 +140,9 @@ def test_string_constants_with_quotes_backslashes_and_accents(llm_engine):
     tricky = ('He said "stop" at C:\\temp\\new, then left.', "Le café coûte 2 €; ça va, dit-il.")
     for values in (tricky, tricky[:1]):  # two values are an enum, one is a const
         pick = create_model("Pick", __base__=contracts._Out, quote=(Literal[values], ...))
-        llm_engine.backend.check_grammar(gbnf_for(schema_json(pick)), "Pick")
+        llm_engine.backend.check_grammar(grammar_for(schema_json(pick)), "Pick")
+        for value in values:
+            assert accepts(llm_engine, pick, json.dumps({"quote": value}, ensure_ascii=False))
         messages = [{"role": "user", "content": "Quote one of the sentences: " + " ".join(values)}]
         result = llm_engine.structured(messages, pick, cache=False, max_tokens=64, purpose="test constants")
         assert result.quote in values
@@ -153,7 +164,7 @@ def test_sentence_quotes_are_verbatim_with_the_real_model(llm_engine):
     sentences = quotable_sentences(PASSAGE)
     assert len(sentences) == 4
     schema = quoting_extraction(3, sentences)
-    llm_engine.backend.check_grammar(gbnf_for(schema_json(schema)), schema.__name__)
+    llm_engine.backend.check_grammar(grammar_for(schema_json(schema)), schema.__name__)
     ctx = prompts.Context(question="Which way does Lake Orta drain?", today="2026-11-30")
     quoted = []
     for node_question in ("Which way does Lake Orta drain?", "What polluted Lake Orta?"):
@@ -290,17 +301,37 @@ def test_schema_that_cannot_compile_is_a_grammar_error(llm_engine):
     class RemoteRef(BaseModel):
         x: str = Field(json_schema_extra={"$ref": "https://example.com/schema.json"})
 
+    class LookAround(BaseModel):
+        # (pydantic's own regex engine refuses look-around too: the pattern is given as schema text)
+        code: str = Field(json_schema_extra={"pattern": r"^(?=A)[A-Z]{3}$"})
+
+    class UniqueTags(BaseModel):
+        tags: set[str]  # JSON Schema uniqueItems, which the grammar cannot express
+
+    class Impossible(BaseModel):
+        code: str = Field(min_length=5, max_length=2)
+
+    before = llm_engine.accounting
+    for schema in (RemoteRef, LookAround, UniqueTags, Impossible):
+        with pytest.raises(GrammarError, match=f"schema {schema.__name__} "):
+            llm_engine.structured(chat("hi"), schema, cache=False)
+    with pytest.raises(GrammarError):
+        llm_engine.structured(chat("hi"), dict, cache=False)
+    assert llm_engine.accounting.model_calls == before.model_calls  # never ran unconstrained
+
+
+def test_schemas_the_old_converter_refused_now_compile(llm_engine):
+    """An unanchored pattern means "contains" (as the validator reads it) and a long list bound
+    is a bound, not thousands of grammar rules."""
     class Unanchored(BaseModel):
         code: str = Field(pattern=r"[A-Z]{3}")
 
-    class TooManyItems(BaseModel):
+    class ManyItems(BaseModel):
         items: list[str] = Field(max_length=3000)
 
-    before = llm_engine.accounting
-    for schema in (RemoteRef, Unanchored, TooManyItems, dict):
-        with pytest.raises(GrammarError):
-            llm_engine.structured(chat("hi"), schema, cache=False)
-    assert llm_engine.accounting.model_calls == before.model_calls  # never ran unconstrained
+    assert accepts(llm_engine, Unanchored, '{"code": "xABCy"}')
+    assert not accepts(llm_engine, Unanchored, '{"code": "xAbCy"}')
+    assert accepts(llm_engine, ManyItems, '{"items": ["a", "b"]}')
 
 
 @pytest.mark.slow

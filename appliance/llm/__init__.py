@@ -13,7 +13,7 @@ from .accounting import Accounting, CallRecord, Listener
 from .cache import CallCache, call_key
 from .engine import ENGINE_VERSION, TRIM_MARKER, Engine, ModelPool, context_size, derive_seed
 from .gguf import GGUFInfo, read_gguf
-from .grammar import gbnf_for, normalize_schema, schema_json
+from .grammar import dump_instance, grammar_for, normalize_schema, schema_json
 from .manifest import (ROLES, HashCache, Manifest, ModelEntry, check_model_file, file_sha256,
                        load_manifest, load_manifest_for, manifest_path, register_model,
                        remove_model, resolve_model, save_manifest)
@@ -21,7 +21,7 @@ from .manifest import (ROLES, HashCache, Manifest, ModelEntry, check_model_file,
 __all__ = [
     "Accounting", "CallRecord", "Listener", "CallCache", "call_key", "ENGINE_VERSION",
     "TRIM_MARKER", "Engine", "ModelPool", "context_size", "derive_seed", "GGUFInfo",
-    "read_gguf", "gbnf_for", "normalize_schema", "schema_json", "ROLES", "HashCache", "Manifest",
+    "read_gguf", "dump_instance", "grammar_for", "normalize_schema", "schema_json", "ROLES", "HashCache", "Manifest",
     "ModelEntry", "check_model_file", "file_sha256", "load_manifest", "load_manifest_for",
     "manifest_path", "register_model", "remove_model", "resolve_model", "save_manifest",
 ]

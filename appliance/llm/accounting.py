@@ -20,7 +20,11 @@ class Accounting:
     llama.cpp reused the prefix left by the previous call; ``generated_tokens``;
     ``seconds`` spent generating; ``retries`` extra attempts after an invalid or cut-off
     output; ``failures`` calls that ended without a valid output; ``truncations``
-    outputs cut off by their token budget; ``trimmed`` prompts shortened to fit the context.
+    outputs cut off by their token budget (or stopped as repetitive); ``trimmed`` prompts
+    shortened to fit the context. Of the generated tokens, ``sampled_tokens`` were chosen by
+    the sampler and ``forced_tokens`` fast-forwarded from the grammar; ``mask_seconds`` went
+    to computing token masks and ``decode_seconds`` to llama.cpp evaluating prompt and output
+    tokens; ``repetition_stops`` outputs were stopped because a string kept repeating itself.
     """
 
     calls: int = 0
@@ -34,6 +38,11 @@ class Accounting:
     failures: int = 0
     truncations: int = 0
     trimmed: int = 0
+    sampled_tokens: int = 0
+    forced_tokens: int = 0
+    mask_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    repetition_stops: int = 0
 
     def snapshot(self) -> "Accounting":
         """An independent copy (later calls do not change it)."""
@@ -53,9 +62,16 @@ class Accounting:
             return 0.0
         return 1.0 - self.prompt_evaluated / self.prompt_tokens
 
+    @property
+    def forced_share(self) -> float:
+        """Share of generated tokens fast-forwarded from the grammar rather than sampled."""
+        total = self.sampled_tokens + self.forced_tokens
+        return self.forced_tokens / total if total else 0.0
+
     def as_dict(self) -> dict:
         data = asdict(self)
-        data["seconds"] = round(self.seconds, 3)
+        for name in ("seconds", "mask_seconds", "decode_seconds"):
+            data[name] = round(getattr(self, name), 3)
         return data
 
     def add_record(self, record: "CallRecord") -> None:
@@ -70,6 +86,11 @@ class Accounting:
         self.prompt_evaluated += record.prompt_evaluated
         self.generated_tokens += record.generated_tokens
         self.seconds += record.seconds
+        self.sampled_tokens += record.sampled_tokens
+        self.forced_tokens += record.forced_tokens
+        self.mask_seconds += record.mask_seconds
+        self.decode_seconds += record.decode_seconds
+        self.repetition_stops += record.repetition_stops
         self.truncations += record.truncations
         self.trimmed += 1 if record.trimmed else 0
         self.failures += 0 if record.ok else 1
@@ -80,6 +101,7 @@ class CallRecord:
     """One structured call, as handed to listeners (the run log) when it ends.
 
     Token counts and seconds add up over the call's attempts; they are zero for a cache hit.
+    ``sampled_tokens`` + ``forced_tokens`` = ``generated_tokens`` for the real engine.
     """
 
     model: str
@@ -94,14 +116,20 @@ class CallRecord:
     prompt_evaluated: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    sampled_tokens: int = 0
+    forced_tokens: int = 0
+    mask_seconds: float = 0.0
+    decode_seconds: float = 0.0
     truncations: int = 0
+    repetition_stops: int = 0
     trimmed: bool = False
     error: str = ""
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        data["seconds"] = round(self.seconds, 3)
+        for name in ("seconds", "mask_seconds", "decode_seconds"):
+            data[name] = round(getattr(self, name), 4)
         return data
 
 

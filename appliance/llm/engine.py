@@ -2,7 +2,8 @@
 models of the manifest, by role).
 
 ``engine.structured(messages, Schema)`` returns a validated ``Schema`` instance or raises:
-the output is constrained by a grammar built from the schema, validated by pydantic, retried
+the output is constrained by a grammar built from the schema (token masks from llguidance,
+forced text fast-forwarded; see ``decode.py``), validated by pydantic, retried
 a bounded number of times with the error shown to the model, and a cut-off output is never
 mistaken for a short one. The prompt is measured in the model's own tokens and the last user
 message trimmed, visibly, when it would not fit. Finished calls are cached by content.
@@ -23,7 +24,7 @@ from ..config import Settings
 from ..errors import ContextOverflowError, ModelOutputError, UsageError
 from .accounting import Accounting, CallRecord, Listener
 from .cache import CallCache, call_key
-from .grammar import gbnf_for, schema_json
+from .grammar import grammar_for, schema_json
 from .manifest import (HashCache, Manifest, ModelEntry, ROLES, check_model_file, load_manifest_for,
                        resolve_model)
 from .native import Completion, LlamaBackend
@@ -31,10 +32,14 @@ from .native import Completion, LlamaBackend
 M = TypeVar("M", bound=BaseModel)
 
 # Part of every cache key: bump it when prompt construction or retries change what a call returns.
-ENGINE_VERSION = 1
+ENGINE_VERSION = 2
 TRIM_MARKER = "\n[... trimmed to fit the model's context ...]"
 _ROLES = ("system", "user", "assistant")
 _TRIM_ROUNDS = 6
+# Sampling temperature of a retry after a repetition stop (when the call's own is lower).
+_LOOP_TEMPERATURE = 0.8
+# ...which also may not repeat a sequence of this many tokens inside one string.
+_LOOP_NGRAM = 4
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ class Engine:
         """
         msgs = _check_messages(messages)
         text = schema_json(schema)
-        gbnf = gbnf_for(text)
+        grammar = grammar_for(text)
         llm = self.settings.llm
         budget = int(max_tokens or llm.max_output_tokens)
         if budget <= 0:
@@ -168,7 +173,7 @@ class Engine:
                 self._finish(record)
                 return hit
         try:
-            instance, raw = self._attempts(msgs, schema, gbnf, budget, sampling, seed, record)
+            instance, raw = self._attempts(msgs, schema, grammar, budget, sampling, seed, record)
         except Exception as exc:
             record.ok = False
             record.error = getattr(exc, "message", str(exc))
@@ -201,7 +206,7 @@ class Engine:
         for listener in listeners:
             listener(record)
 
-    def _attempts(self, messages: list[dict[str, str]], schema: type[M], gbnf: str, budget: int,
+    def _attempts(self, messages: list[dict[str, str]], schema: type[M], grammar: str, budget: int,
                   sampling: Sampling, seed: int, record: CallRecord) -> tuple[M, str]:
         """The retry loop: generate, detect truncation, validate, show the model its error."""
         trim_index = _last_user_index(messages)
@@ -210,14 +215,29 @@ class Engine:
         tries = 1 + max(0, int(self.settings.llm.max_retries))
         for _ in range(tries):
             with self._lock:
-                self._check_grammar(gbnf, schema.__name__)
+                self._check_grammar(grammar, schema.__name__)
                 fitted = self._fit(current, budget, trim_index)
-                out = self.backend.complete(fitted.tokens, gbnf=gbnf, max_tokens=budget,
-                                            temperature=sampling.temperature, top_p=sampling.top_p,
-                                            seed=seed, stop=fitted.stop)
+                # After a repetition stop: the next seed, a temperature that can leave the loop,
+                # and no repeated n-grams inside a string.
+                loops = record.repetition_stops
+                escape = {"no_repeat_ngram": _LOOP_NGRAM} if loops else {}
+                out = self.backend.complete(fitted.tokens, gbnf=grammar, max_tokens=budget,
+                                            temperature=(max(sampling.temperature, _LOOP_TEMPERATURE)
+                                                         if loops else sampling.temperature),
+                                            top_p=sampling.top_p, seed=seed + loops, stop=fitted.stop,
+                                            **escape)
             self._count_attempt(record, out, fitted)
             raw = out.text.strip()
             raws.append(raw)
+            if out.finish_reason == "repetition":
+                # The same prompt and seed would loop the same way (at a low temperature sampling
+                # is nearly greedy), and a small model shown its loop copies it: the retry keeps
+                # the prompt, samples hotter with the next seed and bans repeated n-grams within
+                # a string (all a function of the call, so replay stays exact).
+                record.truncations += 1
+                record.repetition_stops += 1
+                record.errors.append("the output repeated itself and was stopped")
+                continue
             if out.finish_reason == "length" and not _complete(raw, schema):
                 record.truncations += 1
                 error = f"the output was cut off at its budget of {budget} tokens"
@@ -249,13 +269,17 @@ class Engine:
         record.prompt_tokens += out.prompt_tokens
         record.prompt_evaluated += out.prompt_evaluated
         record.generated_tokens += out.generated_tokens
+        record.sampled_tokens += getattr(out, "sampled_tokens", 0)
+        record.forced_tokens += getattr(out, "forced_tokens", 0)
+        record.mask_seconds += getattr(out, "mask_seconds", 0.0)
+        record.decode_seconds += getattr(out, "decode_seconds", 0.0)
         record.seconds += out.seconds
         record.trimmed = record.trimmed or fitted.trimmed
 
-    def _check_grammar(self, gbnf: str, schema_name: str) -> None:
-        digest = hashlib.sha256(gbnf.encode("utf-8")).digest()
+    def _check_grammar(self, grammar: str, schema_name: str) -> None:
+        digest = hashlib.sha256(grammar.encode("utf-8")).digest()
         if digest not in self._checked_grammars:
-            self.backend.check_grammar(gbnf, schema_name)
+            self.backend.check_grammar(grammar, schema_name)
             self._checked_grammars.add(digest)
 
     # ---------------------------------------------------------------- context budget

@@ -1,8 +1,10 @@
 """Everything that touches llama.cpp through llama-cpp-python, behind one small class.
 
 ``LlamaBackend`` is what the engine talks to: render a chat into the model's own tokens, run
-one grammar-constrained completion, report the tokens already in llama.cpp's KV cache. A
-scripted fake with the same methods drives the engine's control-flow tests.
+one grammar-constrained completion (the decode loop of ``decode.py`` over llama.cpp's
+low-level evaluation and logits), report the prompt tokens a later call may reuse from
+llama.cpp's KV cache. A scripted fake with the same methods drives the engine's control-flow
+tests.
 
 llama.cpp writes its chatter (load progress, grammar parse errors) through a log callback
 and, for a few messages, straight to file descriptor 2. The callback is replaced by one that
@@ -22,11 +24,12 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..errors import GrammarError, ModelError
+from ..errors import ModelError
 
 log = logging.getLogger("appliance.llm.native")
 
@@ -95,7 +98,8 @@ def quiet_stderr() -> Iterator[Path]:
 
 @dataclass
 class Completion:
-    """One generation: the text, why it stopped, and its token counts."""
+    """One generation: the text, why it stopped ("stop", "length" or "repetition"), its token
+    counts and where its time went."""
 
     text: str
     finish_reason: str
@@ -103,6 +107,11 @@ class Completion:
     prompt_evaluated: int
     generated_tokens: int
     seconds: float
+    sampled_tokens: int = 0      # output tokens chosen by the sampler
+    forced_tokens: int = 0       # output tokens fast-forwarded from the grammar
+    mask_seconds: float = 0.0    # computing token masks
+    decode_seconds: float = 0.0  # llama.cpp evaluating the prompt and output tokens
+    sample_seconds: float = 0.0  # masking logits and sampling
 
 
 class _Captured(Exception):
@@ -137,6 +146,9 @@ class LlamaBackend:
         self.n_ctx = int(llama.n_ctx())
         self._handler = self._chat_handler()
         self._specials = self._special_pattern()
+        self._tokenizer: Any = None
+        self._pieces: dict[int, bytes] = {}
+        self._reusable = 0  # how many of llama.cpp's cached tokens a later call may reuse
 
     # -- loading
 
@@ -236,27 +248,39 @@ class LlamaBackend:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         return list(prompt), [s for s in stops if s]
 
-    def cached_tokens(self) -> list[int]:
-        """Tokens whose evaluation llama.cpp holds in its KV cache from the previous call."""
-        return self.llama.input_ids[: self.llama.n_tokens].tolist()
-
     # -- grammar and generation
 
-    def check_grammar(self, gbnf: str, schema_name: str) -> None:
-        """Parse the grammar with llama.cpp now: an unparseable grammar handed to the sampler
-        would crash the process, and must instead be a GrammarError."""
-        llama_cpp = _llama_cpp()
-        vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
-        _RECENT.clear()
-        # The grammar parser prints its error and the whole grammar straight to stderr.
-        with quiet_stderr() as err_file:
-            sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
-            printed = _first_line(err_file)
-        if not sampler:
-            detail = printed or _last_error_line() or "llama.cpp rejected the grammar"
-            raise GrammarError(f"schema {schema_name}: llama.cpp cannot parse its grammar: {detail}",
-                               hint="simplify the schema (fewer or shorter bounded fields)")
-        llama_cpp.llama_sampler_free(sampler)
+    @property
+    def tokenizer(self) -> Any:
+        """The grammar library's view of this model's vocabulary (built once, about a second
+        for a 150k-token vocabulary; it tokenizes through llama.cpp, nothing is downloaded)."""
+        if self._tokenizer is None:
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+            llama_cpp = _llama_cpp()
+            with warnings.catch_warnings():
+                # llguidance reads token attributes through a call llama-cpp-python marks as
+                # deprecated, once per token of the vocabulary.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._tokenizer = lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(self.llama.model))
+        return self._tokenizer
+
+    def matcher(self, grammar: str, schema_name: str) -> Any:
+        """A fresh grammar matcher over this vocabulary; GrammarError when the grammar cannot
+        be used (llguidance reports errors as a state, never as a crash)."""
+        from llguidance import LLMatcher
+
+        from .grammar import grammar_error
+
+        matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise grammar_error(schema_name, matcher.get_error())
+        return matcher
+
+    def check_grammar(self, grammar: str, schema_name: str) -> None:
+        """Build the grammar against this model's vocabulary now, so that a schema it cannot
+        use is a GrammarError before any generation starts."""
+        self.matcher(grammar, schema_name)
 
     def evaluate_prompt(self, tokens: list[int]) -> int:
         """Evaluate the prompt, reusing the prefix llama.cpp still holds; returns the number of
@@ -269,7 +293,7 @@ class LlamaBackend:
         sample differently depending on what ran before it. Here the last decode is always
         the prompt's last two tokens, and no chunk is shorter than that, so a call's output
         does not depend on the cache's history. And damaged weights show up as NaN logits,
-        on which llama.cpp's samplers abort the process: they are checked before sampling.
+        on which sampling would be meaningless: they are checked before sampling.
         """
         cached = self.cached_tokens()
         lcp = 0
@@ -279,53 +303,96 @@ class LlamaBackend:
             lcp += 1
         plan = prefill_plan(len(tokens), lcp, int(self.llama.n_batch))
         self.llama.n_tokens = plan.keep  # eval() drops the KV cache beyond this prefix
+        self._reusable = plan.keep
         pos = plan.keep
-        try:
-            for size in plan.chunks:
-                self.llama.eval(tokens[pos:pos + size])
-                pos += size
-        except Exception as exc:  # llama.cpp decode failures surface as RuntimeError
-            self.llama.reset()
-            detail = _last_error_line() or str(exc)
-            raise ModelError(f"model '{self.name}' failed to evaluate a prompt of {len(tokens)} tokens: "
-                             f"{detail}") from None
+        for size in plan.chunks:
+            self._eval(tokens[pos:pos + size], f"evaluate a prompt of {len(tokens)} tokens")
+            pos += size
+        self._reusable = len(tokens)
         self._check_logits()
         return plan.keep
+
+    def cached_tokens(self) -> list[int]:
+        """Tokens whose evaluation llama.cpp holds in its KV cache and a later call may reuse.
+
+        Only prompt tokens count: output tokens were evaluated one by one or in batches shaped
+        by the grammar, and llama.cpp's results for a position depend slightly on its batch,
+        so reusing them would make a later call depend on what ran before it."""
+        return self.llama.input_ids[: min(self.llama.n_tokens, self._reusable)].tolist()
+
+    def _eval(self, tokens: Sequence[int], what: str) -> None:
+        try:
+            self.llama.eval(tokens)
+        except Exception as exc:  # llama.cpp decode failures surface as RuntimeError
+            self.llama.reset()
+            self._reusable = 0
+            detail = _last_error_line() or str(exc)
+            raise ModelError(f"model '{self.name}' failed to {what}: {detail}",
+                             hint="`appliance doctor` checks that llama.cpp works on this machine") from None
+
+    def _logits(self) -> Any:
+        import numpy as np
+
+        llama_cpp = _llama_cpp()
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llama.ctx, -1),
+                                     shape=(self.llama.n_vocab(),))
 
     def _check_logits(self) -> None:
         import numpy as np
 
-        llama_cpp = _llama_cpp()
-        n_vocab = self.llama.n_vocab()
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llama.ctx, -1), shape=(n_vocab,))
-        if not np.isfinite(logits).all():
+        if not np.isfinite(self._logits()).all():
             self.llama.reset()
+            self._reusable = 0
             raise ModelError(f"model '{self.name}' computes invalid numbers (NaN or infinite logits): "
                              "its weights are damaged",
                              hint="download the file again; `appliance models verify` checks it against "
                                   "the manifest")
 
+    def _piece(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.tokenizer.decode_bytes([token])
+        return piece
+
     def complete(self, tokens: list[int], *, gbnf: str, max_tokens: int, temperature: float,
-                 top_p: float, seed: int, stop: list[str]) -> Completion:
-        """One grammar-constrained completion of prompt ``tokens``."""
-        from llama_cpp import LlamaGrammar
+                 top_p: float, seed: int, stop: list[str], schema_name: str = "?",
+                 no_repeat_ngram: int = 0) -> Completion:
+        """One grammar-constrained completion of prompt ``tokens`` (``no_repeat_ngram``: see
+        ``decode.generate``).
+
+        ``gbnf`` is the grammar from ``grammar.grammar_for`` (the keyword keeps the backend
+        interface of the test doubles); ``stop`` is not needed: the grammar admits no control
+        token, and generation ends where the grammar does."""
+        from .decode import Sampler, generate
 
         start = time.perf_counter()
+        matcher = self.matcher(gbnf, schema_name)
         reused = self.evaluate_prompt(tokens)
-        try:
-            out = self.llama.create_completion(
-                prompt=tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                top_k=40, min_p=0.05, repeat_penalty=1.0, seed=seed, stop=stop,
-                grammar=LlamaGrammar.from_string(gbnf, verbose=False))
-        except Exception as exc:  # llama.cpp decode failures surface as RuntimeError/ValueError
-            detail = _last_error_line() or str(exc)
-            raise ModelError(f"model '{self.name}' failed while generating: {detail}",
-                             hint="`appliance doctor` checks that llama.cpp works on this machine") from None
-        seconds = time.perf_counter() - start
-        choice = out["choices"][0]
-        return Completion(text=choice["text"], finish_reason=choice.get("finish_reason") or "stop",
-                          prompt_tokens=len(tokens), prompt_evaluated=len(tokens) - reused,
-                          generated_tokens=int(out["usage"]["completion_tokens"]), seconds=seconds)
+        prefill = time.perf_counter() - start
+        tokenizer = self.tokenizer
+        gen = generate(_Evaluator(self), matcher, Sampler(seed=seed, temperature=temperature, top_p=top_p),
+                       max_tokens=max_tokens, eos=tokenizer.eos_tokens, piece=self._piece,
+                       n_vocab=tokenizer.vocab_size, no_repeat_ngram=no_repeat_ngram)
+        text = self.llama.detokenize(gen.tokens).decode("utf-8", errors="replace")
+        return Completion(text=text, finish_reason=gen.finish_reason, prompt_tokens=len(tokens),
+                          prompt_evaluated=len(tokens) - reused, generated_tokens=len(gen.tokens),
+                          seconds=time.perf_counter() - start, sampled_tokens=gen.sampled,
+                          forced_tokens=gen.forced, mask_seconds=gen.mask_seconds,
+                          decode_seconds=prefill + gen.decode_seconds,
+                          sample_seconds=gen.sample_seconds)
+
+
+class _Evaluator:
+    """The decode loop's view of a backend: evaluate output tokens, read the last logits."""
+
+    def __init__(self, backend: LlamaBackend):
+        self._backend = backend
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        self._backend._eval(list(tokens), "generate")
+
+    def logits(self) -> Any:
+        return self._backend._logits()
 
 
 _TAIL = 2
@@ -355,14 +422,6 @@ def prefill_plan(n_prompt: int, lcp: int, n_batch: int) -> PrefillPlan:
         chunks[-2] -= _TAIL - chunks[-1]
         chunks[-1] = _TAIL
     return PrefillPlan(keep, chunks + [_TAIL])
-
-
-def _first_line(path: Path) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.readline().strip()[:300]
-    except OSError:
-        return ""
 
 
 def _tail(path: Path, lines: int = 3) -> str:

@@ -57,6 +57,11 @@ class RunStats:
     tokens_submitted: int = 0
     tokens_evaluated: int = 0
     tokens_generated: int = 0
+    tokens_sampled: int = 0
+    tokens_forced: int = 0
+    repetition_stops: int = 0
+    mask_seconds: float = 0.0
+    decode_seconds: float = 0.0
     llm_seconds: float = 0.0
     wall_seconds: float = 0.0
     llm_busy_share: float = 0.0

@@ -1,0 +1,238 @@
+"""The decode loop: sampler, repetition stop, grammar properties on the real vocabulary, and
+fast-forward with the real model."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from pydantic import create_model
+
+from appliance import contracts
+from appliance.contracts import bounded, quoting_extraction
+from appliance.llm import CallRecord, grammar_for, normalize_schema, schema_json
+from appliance.llm.decode import RepetitionGuard, Sampler, generate
+from appliance.llm.grammar import dump_json
+
+# ---------------------------------------------------------------- sampler
+
+
+def test_sampler_is_seeded_and_samples_only_allowed_tokens():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal(1000).astype(np.float32)
+    allowed = np.array(sorted(rng.choice(1000, 300, replace=False)))
+    draws = lambda seed: [Sampler(seed, 0.8, 0.95).sample(logits, allowed) for _ in range(1)]  # noqa: E731
+    sampler_a, sampler_b = Sampler(7, 0.8, 0.95), Sampler(7, 0.8, 0.95)
+    seq_a = [sampler_a.sample(logits, allowed) for _ in range(200)]
+    seq_b = [sampler_b.sample(logits, allowed) for _ in range(200)]
+    assert seq_a == seq_b and set(seq_a) <= set(allowed.tolist())
+    assert len(set(seq_a)) > 1                                     # it does sample
+    assert {draws(s)[0] for s in range(50)} != {draws(0)[0]}       # seeds differ
+    top40 = set(allowed[np.argsort(-logits[allowed])[:40]].tolist())
+    assert set(seq_a) <= top40                                     # top-k 40
+
+
+def test_sampler_greedy_min_p_and_top_p():
+    logits = np.array([0.0, 5.0, 4.9, -3.0, 1.0], dtype=np.float32)
+    allowed = np.arange(5)
+    assert Sampler(1, 0.0, 1.0).sample(logits, allowed) == 1       # temperature 0: argmax
+    assert Sampler(1, 0.7, 1.0).sample(logits, np.array([0, 3])) == 0
+    # min-p 0.05 drops tokens far below the best; top-p 0.5 keeps only the best.
+    picks = {Sampler(s, 1.0, 1.0).sample(logits, allowed) for s in range(200)}
+    assert picks == {1, 2}
+    assert {Sampler(s, 1.0, 0.5).sample(logits, allowed) for s in range(50)} == {1}
+
+
+# ---------------------------------------------------------------- repetition stop
+
+
+def feed_text(guard: RepetitionGuard, pieces: list[bytes]) -> int | None:
+    """Feed pieces (token id = piece's index in a private vocabulary); the step it stops at."""
+    vocab: dict[bytes, int] = {}
+    for step, piece in enumerate(pieces):
+        if guard.feed(vocab.setdefault(piece, len(vocab)), piece):
+            return step
+    return None
+
+
+def test_repetition_stop_fires_on_a_looping_string_only():
+    stamp = [b"2024", b"-", b"01", b"-", b"01", b" ", b"12", b":", b"00", b" "]
+    looping = [b'{"', b"summary", b'": "', b"At"] + stamp * 30
+    step = feed_text(RepetitionGuard(), looping)
+    assert step is not None and step < 4 + 10 * 7                 # stopped after a few copies
+    # The same pieces as separate list items are not one looping string.
+    items = [b'{"', b"stamps", b'": ['] + [b'"', *stamp, b'", '] * 30
+    assert feed_text(RepetitionGuard(), items) is None
+    # Ordinary prose does not trip it; nor does an escaped quote end the string early.
+    prose = [b'{"a": "'] + [w.encode() + b" " for w in ("the lake drains north through a channel at "
+                                                       "Omegna and its water was polluted").split()] * 2
+    assert feed_text(RepetitionGuard(), prose + [b'\\"', b"x", b'"}']) is None
+
+
+def test_no_repeat_ngram_bans_what_would_repeat_inside_the_string():
+    guard = RepetitionGuard()
+    for token, piece in [(0, b'{"a": "'), (1, b"x"), (2, b"y"), (3, b"z"), (1, b"x"), (2, b"y")]:
+        guard.feed(token, piece)
+    assert guard.banned(3) == {3}          # "x y" was followed by "z": "x y z" may not recur
+    assert guard.banned(2) == {3}          # "y" was followed by "z"
+    guard.feed(4, b'", "b": "')
+    assert guard.banned(3) == set()        # a new string starts clean
+
+
+# ---------------------------------------------------------------- grammar properties (real vocabulary)
+
+# Characters that broke grammars before: quotes, backslashes, accents, control characters.
+# (Unassigned and private-use code points are left out: SmolLM's vocabulary has no token for
+# some of their UTF-8 lead bytes, so no model output could hold them.)
+CHARS = st.characters(blacklist_categories=("Cs", "Cn", "Co"))
+TRICKY = st.text(alphabet=st.one_of(st.sampled_from('"\\/\'\n\t\r\x00\x01\x1f\x7féçà€ßü—“”\u2028'), CHARS),
+                 min_size=1, max_size=60)
+
+
+def from_schema(node: dict):
+    """A hypothesis strategy for JSON values valid under a normalised (ref-free) schema node."""
+    if "enum" in node:
+        return st.sampled_from(node["enum"])
+    if "const" in node:
+        return st.just(node["const"])
+    if "anyOf" in node:
+        return st.one_of([from_schema(n) for n in node["anyOf"]])
+    kind = node.get("type")
+    if kind == "object":
+        props = node.get("properties", {})
+        keys = list(props)  # in declaration order, as the grammar writes them
+        return st.tuples(*(from_schema(props[k]) for k in keys)).map(lambda vals: dict(zip(keys, vals)))
+    if kind == "array":
+        return st.lists(from_schema(node.get("items", {})), min_size=node.get("minItems", 0),
+                        max_size=min(node.get("maxItems", 3), 3))
+    if kind == "string":
+        return st.text(alphabet=CHARS, max_size=min(node.get("maxLength", 30), 30)) | TRICKY.filter(
+                           lambda s: len(s) <= node.get("maxLength", 10**6))
+    if kind == "integer":
+        return st.integers(node.get("minimum", -1000), node.get("maximum", 1000))
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    raise AssertionError(f"no strategy for {node}")
+
+
+def contract_schemas(sentences: tuple[str, ...]) -> list[type]:
+    vote_first = create_model("VoteReasonFirst", __base__=contracts._Out,
+                              reason=(str, contracts.Field(max_length=300)),
+                              verdict=(Literal["supported", "refuted", "insufficient"], ...))
+    return [bounded(contracts.Plan, nodes=(2, 4)), bounded(contracts.SearchQueries, queries=(1, 3)),
+            contracts.Extraction, quoting_extraction(3, sentences), contracts.Vote, vote_first,
+            contracts.NodeFindings, contracts.ReportDraft, contracts.ShortAnswer, contracts.Reflection,
+            contracts.GapQuestions]
+
+
+@pytest.fixture(scope="module")
+def backend(llm_engine):
+    return llm_engine.backend
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(sentences=st.lists(TRICKY, min_size=1, max_size=8, unique=True), data=st.data())
+def test_matcher_accepts_every_valid_instance(backend, sentences, data):
+    """For each contract (quotes as an enum of tricky sentences), a random valid instance,
+    written as the grammar writes JSON, is accepted whole by the matcher on the real
+    vocabulary, and is valid for pydantic."""
+    for schema in contract_schemas(tuple(sentences)):
+        normal = normalize_schema(json.loads(schema_json(schema)))
+        value = data.draw(from_schema(normal), label=schema.__name__)
+        text = dump_json(value)
+        schema.model_validate_json(text)
+        matcher = backend.matcher(grammar_for(schema_json(schema)), schema.__name__)
+        assert matcher.consume_tokens(backend.tokenizer.tokenize_str(text)), (schema.__name__, text,
+                                                                              matcher.get_error())
+        assert matcher.is_accepting(), (schema.__name__, text)
+
+
+class NoiseModel:
+    """Random logits (seeded), biased towards tokens that close strings and lists so that
+    random outputs end in reasonable time. Stands in for the model: the property is about
+    the grammar and the loop, whatever the model prefers."""
+
+    def __init__(self, bias: np.ndarray, seed: int):
+        self.bias = bias
+        self.rng = np.random.default_rng(seed)
+        self.evaluated = 0
+
+    def eval(self, tokens) -> None:
+        assert len(tokens) >= 1
+        self.evaluated += len(tokens)
+
+    def logits(self) -> np.ndarray:
+        return (self.rng.standard_normal(len(self.bias)) * 3 + self.bias).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def closing_bias(backend):
+    tok = backend.tokenizer
+    bias = np.zeros(tok.vocab_size, dtype=np.float32)
+    for t in range(tok.vocab_size):
+        piece = tok.decode_bytes([t])
+        if any(c in piece for c in b'"]}'):
+            bias[t] = 9.0
+    return bias
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(sentences=st.lists(TRICKY, min_size=1, max_size=8, unique=True), seed=st.integers(0, 2**31 - 1),
+       temperature=st.sampled_from([0.0, 0.3, 1.0]))
+def test_decoded_output_always_parses_and_validates(backend, closing_bias, sentences, seed, temperature):
+    """Whatever the logits, what the loop decodes to a grammar's end is valid JSON for the
+    schema; the forced and sampled tokens add up to the output."""
+    for i, schema in enumerate(contract_schemas(tuple(sentences))):
+        matcher = backend.matcher(grammar_for(schema_json(schema)), schema.__name__)
+        model = NoiseModel(closing_bias, seed + i)
+        gen = generate(model, matcher, Sampler(seed + i, temperature, 0.95), max_tokens=3000,
+                       eos=backend.tokenizer.eos_tokens, piece=backend._piece,
+                       n_vocab=backend.tokenizer.vocab_size)
+        assert gen.sampled + gen.forced == len(gen.tokens)
+        assert model.evaluated == gen.evaluated <= len(gen.tokens)
+        if gen.finish_reason != "stop":
+            continue  # a truncation: the engine's retry path handles it
+        text = backend.tokenizer.decode_bytes(gen.tokens).decode("utf-8")
+        schema.model_validate_json(text)
+
+
+# ---------------------------------------------------------------- real model
+
+PASSAGE = ('Lake Orta is a small lake in the north of Italy. The island of San Giulio lies in the middle '
+           'of the lake and holds a twelfth-century basilica. The lake drains to the north, unlike its '
+           'neighbours, through the Nigoglia channel at Omegna. Its water was badly polluted by a rayon '
+           'factory from 1926, and liming in 1989 and 1990 brought the fish back.')
+
+
+@pytest.mark.slow
+def test_forced_text_is_fast_forwarded_and_output_repeats_exactly(llm_engine):
+    from appliance.pipeline.quotes import quotable_sentences
+
+    schema = quoting_extraction(2, quotable_sentences(PASSAGE))
+    messages = [{"role": "system", "content": "Extract claims as JSON. Each quote is one sentence of the text."},
+                {"role": "user", "content": f"Text:\n{PASSAGE}\n\nWhich way does Lake Orta drain?"}]
+    records: list[CallRecord] = []
+    remove = llm_engine.add_listener(records.append)
+    try:
+        kwargs = dict(seed=5, max_tokens=400, cache=False)
+        first = llm_engine.structured(messages, schema, **kwargs)
+        second = llm_engine.structured(messages, schema, **kwargs)
+        llm_engine.structured([{"role": "user", "content": "Is water wet? Give a reason."}], contracts.Vote,
+                              max_tokens=120, cache=False)
+        third = llm_engine.structured(messages, schema, **kwargs)
+    finally:
+        remove()
+    assert first == second == third
+    rec = records[0]
+    assert rec.sampled_tokens + rec.forced_tokens == rec.generated_tokens
+    assert 0 < rec.sampled_tokens < rec.generated_tokens           # a forced run was fast-forwarded
+    assert 0 < rec.mask_seconds < rec.decode_seconds
+    assert [r.generated_tokens for r in records] [:2] == [rec.generated_tokens] * 2
+    assert records[1].prompt_evaluated == 2   # the same prompt again: only its two-token tail is evaluated

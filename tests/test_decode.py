@@ -4,12 +4,10 @@ fast-forward with the real model."""
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-from pydantic import create_model
 
 from appliance import contracts
 from appliance.contracts import bounded, quoting_extraction
@@ -121,13 +119,9 @@ def from_schema(node: dict):
 
 
 def contract_schemas(sentences: tuple[str, ...]) -> list[type]:
-    vote_first = create_model("VoteReasonFirst", __base__=contracts._Out,
-                              reason=(str, contracts.Field(max_length=300)),
-                              verdict=(Literal["supported", "refuted", "insufficient"], ...))
     return [bounded(contracts.Plan, nodes=(2, 4)), bounded(contracts.SearchQueries, queries=(1, 3)),
-            contracts.Extraction, quoting_extraction(3, sentences), contracts.Vote, vote_first,
-            contracts.NodeFindings, contracts.ReportDraft, contracts.ShortAnswer, contracts.Reflection,
-            contracts.GapQuestions]
+            contracts.Extraction, quoting_extraction(3, sentences), contracts.Vote,
+            contracts.ReportDraft, contracts.ShortAnswer, contracts.Reflection, contracts.GapQuestions]
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +230,32 @@ def test_forced_text_is_fast_forwarded_and_output_repeats_exactly(llm_engine):
     assert 0 < rec.mask_seconds < rec.decode_seconds
     assert [r.generated_tokens for r in records] [:2] == [rec.generated_tokens] * 2
     assert records[1].prompt_evaluated == 2   # the same prompt again: only its two-token tail is evaluated
+
+
+@pytest.mark.slow
+def test_a_saved_instruction_head_is_restored_and_changes_nothing(tmp_path):
+    """Calls with the same system message share its evaluated head even when another kind of
+    call ran in between: the head's KV state is kept and restored (a memory copy), and the
+    output is the one a fresh model gives the same call."""
+    from appliance.llm import ModelPool
+    from conftest import llm_settings
+
+    system = ("You check whether the evidence states a claim. Write a reason first, then a "
+              "verdict: supported, refuted or insufficient. " * 3)
+    first = [{"role": "system", "content": system}, {"role": "user", "content": f"Evidence: {PASSAGE}\nClaim: Lake Orta drains north."}]
+    other = [{"role": "system", "content": "Answer with one word."}, {"role": "user", "content": "Is water wet?"}]
+    again = [{"role": "system", "content": system}, {"role": "user", "content": f"Evidence: {PASSAGE}\nClaim: Lake Orta is in Italy."}]
+    records: list[CallRecord] = []
+    with ModelPool(llm_settings(tmp_path / "a"), cache=False) as pool:
+        engine = pool.for_role("verifier")
+        engine.add_listener(records.append)
+        engine.structured(first, contracts.Vote, seed=3, max_tokens=120)
+        engine.structured(other, contracts.ShortAnswer, seed=3, max_tokens=20)
+        restored = engine.structured(again, contracts.Vote, seed=3, max_tokens=120)
+        bank = engine.backend.prefixes
+        assert bank.restored == 1 and len(bank) == 2
+        head = len(next(iter(p for p in bank._items if len(p) > 40)))
+        assert records[2].prompt_evaluated <= records[2].prompt_tokens - head + 2
+    with ModelPool(llm_settings(tmp_path / "b"), cache=False) as pool:
+        fresh = pool.for_role("verifier").structured(again, contracts.Vote, seed=3, max_tokens=120)
+    assert restored == fresh

@@ -70,8 +70,9 @@ def plan_prompt(text: str) -> list[dict[str, str]]:
 
 
 def vote_prompt(text: str) -> list[dict[str, str]]:
-    return chat(f"Evidence:\n{text}\n\nClaim: the event happened in the 20th century. Try to refute the "
-                "claim; if unsure, it is refuted. Give a one-sentence reason.")
+    return chat(f"Evidence:\n{text}\n\nClaim: the event happened in the 20th century. Look for a reason "
+                "the evidence does not state the claim, give it in one sentence, then the verdict: "
+                "supported, refuted or insufficient.")
 
 
 def incident_prompt(text: str) -> list[dict[str, str]]:
@@ -417,7 +418,7 @@ class ScriptedBackend:
 
 
 FAKE_ENTRY = ModelEntry(name="scripted", file="none.gguf", sha256="0" * 64, n_ctx_train=4096)
-GOOD_VOTE = '{"refuted": false, "reason": "The evidence supports it."}'
+GOOD_VOTE = '{"reason": "The evidence supports it.", "verdict": "supported"}'
 
 
 def scripted(tmp_path, outputs, *, cache=False, **overrides) -> tuple[Engine, ScriptedBackend]:
@@ -428,12 +429,12 @@ def scripted(tmp_path, outputs, *, cache=False, **overrides) -> tuple[Engine, Sc
 
 
 def test_invalid_output_is_retried_with_the_error_shown(tmp_path):
-    engine, backend = scripted(tmp_path, [('{"refuted": "maybe", "reason": "x"}', "stop"), (GOOD_VOTE, "stop")])
+    engine, backend = scripted(tmp_path, [('{"reason": "x", "verdict": "maybe"}', "stop"), (GOOD_VOTE, "stop")])
     vote = engine.structured(chat("Claim: water is wet."), Vote, purpose="vote")
-    assert vote.refuted is False
+    assert vote.verdict == "supported"
     retry_prompt = backend.prompts[1]
-    assert retry_prompt[-2] == {"role": "assistant", "content": '{"refuted": "maybe", "reason": "x"}'}
-    assert "refuted" in retry_prompt[-1]["content"] and "not valid" in retry_prompt[-1]["content"]
+    assert retry_prompt[-2] == {"role": "assistant", "content": '{"reason": "x", "verdict": "maybe"}'}
+    assert "verdict" in retry_prompt[-1]["content"] and "not valid" in retry_prompt[-1]["content"]
     acc = engine.accounting
     assert (acc.calls, acc.model_calls, acc.retries, acc.failures) == (1, 2, 1, 0)
 
@@ -452,7 +453,7 @@ def test_retries_are_bounded_and_end_in_model_output_error(tmp_path):
 
 
 def test_cut_off_output_gets_a_larger_budget(tmp_path):
-    engine, backend = scripted(tmp_path, [('{"refuted": false, "rea', "length"), (GOOD_VOTE, "stop")])
+    engine, backend = scripted(tmp_path, [('{"reason": "The evid', "length"), (GOOD_VOTE, "stop")])
     engine.structured(chat("Claim."), Vote, max_tokens=50)
     assert backend.budgets == [50, 100]
     assert backend.prompts[0] == backend.prompts[1]  # same prompt: the model can finish
@@ -461,12 +462,12 @@ def test_cut_off_output_gets_a_larger_budget(tmp_path):
 
 def test_output_that_ends_exactly_at_the_budget_is_accepted(tmp_path):
     engine, backend = scripted(tmp_path, [(GOOD_VOTE, "length")])
-    assert engine.structured(chat("Claim."), Vote).refuted is False
+    assert engine.structured(chat("Claim."), Vote).verdict == "supported"
     assert engine.accounting.truncations == 0 and backend.outputs == []
 
 
 def test_cut_off_without_room_asks_for_a_shorter_answer(tmp_path):
-    engine, backend = scripted(tmp_path, [('{"refuted": false, "rea', "length"), (GOOD_VOTE, "stop")])
+    engine, backend = scripted(tmp_path, [('{"reason": "The evid', "length"), (GOOD_VOTE, "stop")])
     backend.n_ctx = 600
     engine.structured(chat("Claim: " + "evidence " * 60), Vote, max_tokens=150)
     # The prompt was trimmed to leave exactly the budget: no room to grow, so the model is
@@ -510,8 +511,8 @@ def test_corrupt_cache_row_is_a_miss_not_a_wrong_answer(tmp_path):
     engine, backend = scripted(tmp_path, [(GOOD_VOTE, "stop"), (GOOD_VOTE, "stop")], cache=True)
     engine.structured(chat("Claim."), Vote, seed=3)
     with sqlite3.connect(engine.cache.path) as conn:
-        conn.execute("UPDATE calls SET raw = ?", ('{"refuted": true, "reason": "tampered"}',))
-    assert engine.structured(chat("Claim."), Vote, seed=3).refuted is False
+        conn.execute("UPDATE calls SET raw = ?", ('{"reason": "tampered", "verdict": "maybe"}',))
+    assert engine.structured(chat("Claim."), Vote, seed=3).verdict == "supported"
     assert engine.accounting.model_calls == 2
 
 

@@ -149,6 +149,10 @@ class LlamaBackend:
         self._tokenizer: Any = None
         self._pieces: dict[int, bytes] = {}
         self._reusable = 0  # how many of llama.cpp's cached tokens a later call may reuse
+        self.prefixes = PrefixBank()
+        # The fixed head of the prompt last rendered (its system message), by system text.
+        self._head_lengths: dict[str, int] = {}
+        self._last_head: tuple[int, ...] = ()
 
     # -- loading
 
@@ -246,7 +250,38 @@ class LlamaBackend:
         if isinstance(prompt, str):
             prompt = self.llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        return list(prompt), [s for s in stops if s]
+        tokens = list(prompt)
+        self._last_head = tuple(tokens[:self._head_length(messages, tokens)])
+        return tokens, [s for s in stops if s]
+
+    def _render_raw(self, messages: list[dict[str, str]]) -> list[int]:
+        try:
+            self._handler(llama=_Probe(self.llama), messages=messages)
+        except _Captured as cap:
+            prompt = cap.prompt
+        except Exception:  # noqa: BLE001 - a template that cannot render the head alone
+            return []
+        else:
+            return []
+        if isinstance(prompt, str):
+            prompt = self.llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+        return list(prompt)
+
+    def _head_length(self, messages: list[dict[str, str]], tokens: list[int]) -> int:
+        """How many leading tokens of ``tokens`` the system message fixes: the part every call
+        with the same instructions shares, whatever its variable text (worth keeping)."""
+        if len(messages) < 2 or messages[0]["role"] != "system":
+            return 0
+        system = messages[0]["content"]
+        if system not in self._head_lengths:
+            alone = self._render_raw(messages[:1])
+            head = 0
+            for a, b in zip(alone, tokens):
+                if a != b:
+                    break
+                head += 1
+            self._head_lengths[system] = head
+        return self._head_lengths[system]
 
     # -- grammar and generation
 
@@ -295,22 +330,56 @@ class LlamaBackend:
         does not depend on the cache's history. And damaged weights show up as NaN logits,
         on which sampling would be meaningless: they are checked before sampling.
         """
-        cached = self.cached_tokens()
-        lcp = 0
-        for a, b in zip(cached, tokens):
-            if a != b:
-                break
-            lcp += 1
+        what = f"evaluate a prompt of {len(tokens)} tokens"
+        lcp = _common_prefix(self.cached_tokens(), tokens)
+        saved = self.prefixes.longest(tokens)
+        if saved is not None and len(saved.tokens) > lcp and self._restore(saved):
+            lcp = len(saved.tokens)
+        head = self._last_head if tuple(tokens[:len(self._last_head)]) == self._last_head else ()
+        if head and lcp < len(head) <= len(tokens) - 2 * _TAIL and self.prefixes.get(head) is None:
+            # Evaluate up to the end of the fixed head, keep its state, then go on: the next
+            # call with the same instructions starts from there whatever ran in between.
+            lcp = self._evaluate(tokens[:len(head)], lcp, what)
+            self._save(head)
+        keep = self._evaluate(tokens, lcp, what)
+        self._check_logits()
+        return keep
+
+    def _evaluate(self, tokens: list[int], lcp: int, what: str) -> int:
+        """Evaluate ``tokens`` whose first ``lcp`` are in the KV cache (see ``prefill_plan``)."""
         plan = prefill_plan(len(tokens), lcp, int(self.llama.n_batch))
         self.llama.n_tokens = plan.keep  # eval() drops the KV cache beyond this prefix
         self._reusable = plan.keep
         pos = plan.keep
         for size in plan.chunks:
-            self._eval(tokens[pos:pos + size], f"evaluate a prompt of {len(tokens)} tokens")
+            self._eval(tokens[pos:pos + size], what)
             pos += size
         self._reusable = len(tokens)
-        self._check_logits()
         return plan.keep
+
+    def _save(self, head: tuple[int, ...]) -> None:
+        """Keep the KV state of exactly ``head`` (what llama.cpp holds now) in the bank."""
+        llama_cpp = _llama_cpp()
+        ctx = self.llama.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0) == size:
+            self.prefixes.put(SavedPrefix(tokens=head, state=buffer))
+
+    def _restore(self, saved: "SavedPrefix") -> bool:
+        """Put a saved prefix's KV state back as the sequence llama.cpp holds (a memory copy:
+        its logits are those of evaluating it again, byte for byte)."""
+        llama_cpp = _llama_cpp()
+        n = len(saved.tokens)
+        if llama_cpp.llama_state_seq_set_data(self.llama.ctx, saved.state, len(saved.state), 0) == 0:
+            self.llama.reset()
+            self._reusable = 0
+            return False
+        self.llama.n_tokens = n
+        self.llama.input_ids[:n] = saved.tokens
+        self._reusable = n
+        self.prefixes.restored += 1
+        return True
 
     def cached_tokens(self) -> list[int]:
         """Tokens whose evaluation llama.cpp holds in its KV cache and a later call may reuse.
@@ -396,6 +465,57 @@ class _Evaluator:
 
 
 _TAIL = 2
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class SavedPrefix:
+    tokens: tuple[int, ...]
+    state: Any  # llama.cpp's serialised KV state of the sequence (a ctypes byte array)
+
+
+class PrefixBank:
+    """KV states of the fixed heads of prompts (their system messages), most recent first.
+
+    With one llama.cpp sequence, only the previous call's prompt is in the KV cache, and the
+    pipeline interleaves prompt kinds (extract, answer, vote...): each would evaluate its long
+    fixed instructions again. Restoring a saved head is a memory copy of a few megabytes."""
+
+    def __init__(self, capacity: int = 16):
+        self.capacity = capacity
+        self._items: "collections.OrderedDict[tuple[int, ...], SavedPrefix]" = collections.OrderedDict()
+        self.restored = 0
+
+    def get(self, head: tuple[int, ...]) -> SavedPrefix | None:
+        return self._items.get(head)
+
+    def put(self, saved: SavedPrefix) -> None:
+        self._items[saved.tokens] = saved
+        self._items.move_to_end(saved.tokens, last=False)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=True)
+
+    def longest(self, tokens: Sequence[int]) -> SavedPrefix | None:
+        """The longest saved head that ``tokens`` begin with (leaving at least two tokens)."""
+        best = None
+        for head, saved in self._items.items():
+            if len(head) <= len(tokens) - _TAIL and (best is None or len(head) > len(best.tokens)) \
+                    and tuple(tokens[:len(head)]) == head:
+                best = saved
+        if best is not None:
+            self._items.move_to_end(best.tokens, last=False)
+        return best
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass

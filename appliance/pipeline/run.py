@@ -32,7 +32,10 @@ from .verify import verify_claims
 MAX_QUESTION_CHARS = 2000
 ACCOUNTING_FIELDS = {"calls": "calls", "model_calls": "model_calls", "cache_hits": "cache_hits",
                      "tokens_submitted": "prompt_tokens", "tokens_evaluated": "prompt_evaluated",
-                     "tokens_generated": "generated_tokens", "llm_seconds": "seconds"}
+                     "tokens_generated": "generated_tokens", "tokens_sampled": "sampled_tokens",
+                     "tokens_forced": "forced_tokens", "repetition_stops": "repetition_stops",
+                     "mask_seconds": "mask_seconds", "decode_seconds": "decode_seconds",
+                     "llm_seconds": "seconds"}
 
 
 @dataclass
@@ -258,7 +261,7 @@ def _finish_stats(run: RunContext, models: Models, before: dict[str, float]) -> 
     after = models.totals()
     for key in ACCOUNTING_FIELDS:
         value = after[key] - before[key]
-        setattr(run.stats, key, round(value, 3) if key == "llm_seconds" else int(value))
+        setattr(run.stats, key, round(value, 3) if key.endswith("seconds") else int(value))
     run.stats.wall_seconds = round(time.monotonic() - run.started, 3)
     if run.stats.wall_seconds > 0:
         run.stats.llm_busy_share = round(run.stats.llm_seconds / run.stats.wall_seconds, 3)

@@ -23,13 +23,22 @@ from .research import run_settings
               help="Output folder (default: reports/eval-<dataset>-<profile>).")
 @click.option("--force", is_flag=True, default=False, help="Redo questions already answered in the output folder.")
 @click.option("--no-cache", is_flag=True, default=False, help="Bypass the model-call cache.")
-def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache):
+@click.option("--backend", type=click.Choice(["corpus", "searxng"]), default="corpus", show_default=True,
+              help="Search the dataset's corpus directly, or through a SearXNG in front of it "
+                   "(`appliance corpus serve` + config/searxng/corpus.yml; eval does not start them).")
+@click.option("--searxng-url", default=None, metavar="URL",
+              help="SearXNG to search with --backend searxng (default: searxng.url).")
+def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url):
     """Answer DATASET_DIR's questions in each mode and score them.
 
     DATASET_DIR holds corpus.jsonl and questions.jsonl (see ../shared/bench/musique-dev).
     The corpus is indexed once into its own local corpus. Writes eval.md (the table, also
     printed), results.jsonl (one line per question and mode) and eval.png (a bar chart).
     Rerunning resumes: answered questions are kept, model calls replay from the cache.
+
+    With --backend searxng every mode that searches goes through SearXNG and fetches the
+    passage pages over HTTP; their URLs map back to passage ids, so passage recall still
+    counts. The corpus server's host must be in fetch.allow_hosts.
     """
     from ..evaluation.output import render_chart, render_table
     from ..evaluation.runner import MODES, EvalRun, aggregate, corpus_name_for, load_dataset
@@ -38,20 +47,26 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
 
     dataset = load_dataset(dataset_dir, limit)
     corpus = corpus_name_for(dataset)
-    settings = run_settings(profile, "corpus", corpus, None, model_name, no_cache)
+    settings = run_settings(profile, backend, corpus, searxng_url, model_name, no_cache)
     click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
     Corpus(settings, corpus).add([dataset.corpus_path])
     modes = list(modes) or list(MODES)
-    out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}")
+    # Results resume by question, mode, profile and model: another backend needs its own folder.
+    suffix = "-searxng" if backend == "searxng" else ""
+    out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}{suffix}")
     out.mkdir(parents=True, exist_ok=True)
-    models, backend, fetcher, embedder = open_run_parts(settings)
+    models, search, fetcher, embedder = open_run_parts(settings)
     with fetcher:
+        if backend == "searxng" and dataset.questions:
+            from ..evaluation.searxng import check_serves_dataset
+
+            check_serves_dataset(search, fetcher, dataset.questions[0]["question"], corpus)
         runner = EvalRun(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
-                         backend=backend, force=force, log=lambda s: click.echo(s, err=True))
+                         backend=search, force=force, log=lambda s: click.echo(s, err=True))
         rows = runner.run(modes)
     table = aggregate(rows, modes)
     title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {models.label()}, "
-             f"profile {settings.pipeline.profile}")
+             f"profile {settings.pipeline.profile}" + (", search through SearXNG" if backend == "searxng" else ""))
     markdown = render_table(table, title)
     (out / "eval.md").write_text(markdown, encoding="utf-8")
     (out / "eval.json").write_text(json.dumps(table, indent=2), encoding="utf-8")

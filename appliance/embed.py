@@ -23,11 +23,12 @@ _cache_lock = threading.Lock()
 class Embedder:
     """A loaded sentence-transformers model: ``encode`` gives L2-normalised float32 rows."""
 
-    def __init__(self, model_path: Path, batch_size: int = 64):
+    def __init__(self, model_path: Path, batch_size: int = 64, threads: int = 0):
         self.path = Path(model_path)
         self.batch_size = max(1, int(batch_size))
         self._lock = threading.Lock()
         self._model = _load(self.path)
+        _set_threads(threads)
         # Renamed in sentence-transformers 6; the old name still works there, with a warning.
         getter = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
@@ -76,9 +77,20 @@ def get_embedder(settings: Settings) -> Embedder:
     with _cache_lock:
         embedder = _cache.get(key)
         if embedder is None:
-            embedder = Embedder(path, settings.embed.batch_size)
+            embedder = Embedder(path, settings.embed.batch_size, settings.embed.threads)
             _cache[key] = embedder
         return embedder
+
+
+def _set_threads(threads: int) -> None:
+    """torch's intra-op threads: embed.threads, else one per core (torch's own default can
+    count hyper-threads or a container's host cores)."""
+    import torch
+
+    wanted = int(threads) if int(threads) > 0 else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                                      else os.cpu_count() or 1)
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
 
 
 def _load(path: Path):

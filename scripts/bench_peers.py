@@ -166,10 +166,22 @@ def install_peer(plan: Plan, python312: Path) -> None:
         if done.returncode:
             raise SystemExit(f"installing LDR failed:\n{done.stderr[-2000:]}")
     if installed_version(plan, "llama_cpp_python") != LLAMA_CPP_VERSION:
+        # The wheel pip built for the appliance (`make install`) is Python-version independent
+        # (llama.cpp is loaded by ctypes): reuse it rather than compile llama.cpp again.
+        cached = _cached_llama_wheel()
+        links = ["--find-links", str(cached.parent)] if cached else []
         env = dict(os.environ, CMAKE_ARGS=plan.llama_cmake_args)
-        done = pip(plan, "install", f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", env=env)
+        done = pip(plan, "install", *links, f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", env=env)
         if done.returncode:
             raise SystemExit(f"installing llama-cpp-python failed:\n{done.stderr[-2000:]}")
+
+
+def _cached_llama_wheel() -> Path | None:
+    """The llama-cpp-python wheel of this version in pip's cache, if any."""
+    done = subprocess.run([sys.executable, "-m", "pip", "cache", "list", "--format=abspath", "llama_cpp_python*"],
+                          capture_output=True, text=True, timeout=60)
+    found = [Path(line.strip()) for line in done.stdout.splitlines() if f"-{LLAMA_CPP_VERSION}-" in line]
+    return found[0] if found else None
 
 
 def _lib_digest(site: Path) -> str | None:
@@ -183,7 +195,7 @@ def check_peer_env(plan: Plan) -> bool:
     ok = plan.note("LDR installed in its own env", version == LDR_VERSION,
                    f"{plan.venv}: local-deep-research {version or 'missing'}")
     listed = pip(plan, "list", "--format=json", timeout=120).stdout if plan.peer_python.exists() else "[]"
-    names = {p["name"].lower(): p["version"] for p in json.loads(listed or "[]")}
+    names = {p["name"].lower().replace("_", "-").replace(".", "-"): p["version"] for p in json.loads(listed or "[]")}
     heavy = sorted(n for n in names if n in ("torch", "triton") or n.startswith(EXCLUDED[2:]))
     ok &= plan.note("no torch or CUDA in the peer env", not heavy,
                     "none installed" if not heavy else f"found {', '.join(heavy)}")

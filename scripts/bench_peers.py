@@ -75,6 +75,7 @@ class Plan:
     work: Path
     out: Path
     llama_cmake_args: str
+    systems: tuple[str, ...] = ("peer", "appliance")
     steps: list[Step] = field(default_factory=list)
 
     @property
@@ -105,7 +106,8 @@ def child_env(plan: Plan, **extra: str) -> dict[str, str]:
     """The environment of every child: the loopback guard, offline, no proxies."""
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS}
     env.update(OFFLINE_ENV)
-    env["PYTHONPATH"] = GUARD_PATH
+    # The guard first; then this checkout, so `python -m appliance` runs this appliance.
+    env["PYTHONPATH"] = os.pathsep.join([GUARD_PATH, str(REPO)])
     env["PEERS_BLOCKED_LOG"] = str(plan.blocked_log)
     env["APPLIANCE_HOME"] = str(plan.home)
     env["LDR_DATA_DIR"] = str(plan.work / "ldr-data")
@@ -506,19 +508,27 @@ def run(plan: Plan) -> int:
                                  for q in dataset.questions))
         peer_out = plan.out / "peer-answers.jsonl"
         peer_out.unlink(missing_ok=True)
+        (plan.out / "peer.log").unlink(missing_ok=True)
+        if "peer" not in plan.systems:
+            peer_out.write_text("")
         peer_args = ["--llm-url", f"{proxy.url}/v1", "--model", model_name, "--searxng", searxng.url,
-                     "--n-ctx", str(n_ctx), "--questions", str(qfile), "--out", str(peer_out)]
-        print(f"peer: {len(dataset.questions)} questions through {searxng.url}", file=sys.stderr)
-        subprocess.run([str(plan.peer_python), str(DRIVER), *peer_args], env=child_env(plan), check=True,
-                       cwd=str(plan.work))
+                     "--n-ctx", str(n_ctx), "--questions", str(qfile), "--out", str(peer_out),
+                     "--log", str(plan.out / "peer.log")]
+        if "peer" in plan.systems:
+            print(f"peer: {len(dataset.questions)} questions through {searxng.url}", file=sys.stderr)
+            # LDR refuses a loopback SearXNG unless the operator pins it in the environment, as
+            # its bundled docker-compose does.
+            env = child_env(plan, LDR_SEARCH_ENGINE_WEB_SEARXNG_DEFAULT_PARAMS_INSTANCE_URL=searxng.url)
+            subprocess.run([str(plan.peer_python), str(DRIVER), *peer_args], env=env, check=True, cwd=str(plan.work))
         services[0].stop()  # the peer's model leaves the memory before the appliance runs
 
-        print("appliance: the same questions through the same SearXNG", file=sys.stderr)
         eval_out = plan.out / "appliance-eval"
-        subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "eval", str(plan.dataset),
-                        "--limit", str(plan.n), "--mode", "pipeline", "--profile", "quick", "--backend", "searxng",
-                        "--searxng-url", searxng.url, "--out", str(eval_out), "--force"],
-                       env=child_env(plan), check=True, cwd=str(REPO))
+        if "appliance" in plan.systems:
+            print("appliance: the same questions through the same SearXNG", file=sys.stderr)
+            subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "eval", str(plan.dataset),
+                            "--limit", str(plan.n), "--mode", "pipeline", "--profile", "quick", "--backend",
+                            "searxng", "--searxng-url", searxng.url, "--out", str(eval_out), "--force"],
+                           env=child_env(plan), check=True, cwd=str(REPO))
     finally:
         for service in reversed(services):
             service.stop()
@@ -536,7 +546,9 @@ def run(plan: Plan) -> int:
 
     rows = []
     peer_rows = [json.loads(line) for line in (plan.out / "peer-answers.jsonl").read_text().splitlines()]
-    ours = {r["id"]: r for r in map(json.loads, (plan.out / "appliance-eval" / "results.jsonl").read_text().splitlines())}
+    results = plan.out / "appliance-eval" / "results.jsonl"
+    ours = ({r["id"]: r for r in map(json.loads, results.read_text().splitlines())}
+            if "appliance" in plan.systems and results.exists() else {})
     for row in peer_rows:
         rows.append(score_peer(row, golds[row["id"]], proxy.calls if proxy else [], corpus_text))
         if row["id"] in ours:
@@ -569,9 +581,12 @@ def main() -> int:
     parser.add_argument("--out", default=str(REPO / "bench-out" / "peers"), help="output folder")
     parser.add_argument("--llama-cmake-args", default=os.environ.get("LLAMA_CMAKE_ARGS", ""),
                         help="llama.cpp build flags if llama-cpp-python must be built (the Makefile passes its own)")
+    parser.add_argument("--systems", default="peer,appliance",
+                        help="which to run, comma-separated (for trying the set-up; the table needs both)")
     args = parser.parse_args()
     plan = Plan(dataset=Path(args.dataset).resolve(), n=args.n, work=Path(args.work).resolve(),
-                out=Path(args.out).resolve(), llama_cmake_args=args.llama_cmake_args)
+                out=Path(args.out).resolve(), llama_cmake_args=args.llama_cmake_args,
+                systems=tuple(s.strip() for s in args.systems.split(",") if s.strip()))
     plan.work.mkdir(parents=True, exist_ok=True)
     plan.out.mkdir(parents=True, exist_ok=True)
     plan.blocked_log.unlink(missing_ok=True)

@@ -170,8 +170,7 @@ def corpus_serve(name, host, port, base_url):
 
     from ..sources.serve import CorpusServer
 
-    server = CorpusServer(app().settings(), name, host=host, port=port, base_url=base_url, log=_log)
-    server.warm_up()
+    server = CorpusServer(app().settings(), name, host=host, port=port, base_url=base_url, log=_log, warm_up=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         _log(f"warning: listening on {host}: anyone who can reach this address can search and read corpus {name}")
     click.echo(server.url)

@@ -325,6 +325,12 @@ class Corpus:
 
     def search(self, query: str, limit: int) -> list[Hit]:
         """Hybrid search: full-text and vector candidates fused by reciprocal rank fusion."""
+        return [Hit(url=corpus_url(self.name, record.id), title=record.title or record.id,
+                    snippet=_snippet(record.text), engine="corpus", rank=rank, query=query)
+                for rank, record in enumerate(self.ranked(query, limit), start=1)]
+
+    def ranked(self, query: str, limit: int) -> list[CorpusRecord]:
+        """The ``limit`` best passages for ``query``, best first, with their whole text."""
         from ..embed import get_embedder
 
         table = self._open()
@@ -336,11 +342,9 @@ class Corpus:
         vector = embedder.encode([query])[0]
         nearest = self._nearest(table, vector, pool)
         fused = _rrf([full_text, nearest], int(conf.rrf_k))
-        hits: list[Hit] = []
-        for rank, row in enumerate(fused[: int(limit)], start=1):
-            hits.append(Hit(url=corpus_url(self.name, row["id"]), title=row["title"] or row["id"],
-                            snippet=_snippet(row["text"]), engine="corpus", rank=rank, query=query))
-        return hits
+        # A chunk id is its document id plus "#n"; ids never hold "#" otherwise (safe_id).
+        return [CorpusRecord(id=row["id"], doc_id=row["id"].split("#", 1)[0], title=row["title"], text=row["text"])
+                for row in fused[: int(limit)]]
 
     def _nearest(self, table, vector, pool: int) -> list[dict]:
         """The ``pool`` passages nearest to ``vector`` (cosine): through the ANN index when the

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from ..config import Settings
 from ..errors import ApplianceError, CorpusError, UsageError
-from .corpus import Corpus, check_name, parse_corpus_url
+from .corpus import Corpus, check_name
 
 PER_PAGE = 10
 # Deeper pages cost a bigger candidate pool per query; nobody reads a corpus's 11th page.
@@ -53,11 +53,8 @@ def passage_url(base: str, corpus: str, passage: str) -> str:
 
 
 def passage_id_from_url(url: str) -> Optional[tuple[str, str]]:
-    """(corpus, passage id) of a URL this server made, or None for any other URL.
-
-    The passage id drops a chunk suffix (``doc.md#2`` -> ``doc.md``), as corpus URLs do, so
-    that a cited chunk counts for its document.
-    """
+    """(corpus, passage id) of a passage URL this server made (``.../corpus/NAME/ID``), or
+    None for any other URL. The id is the stored one: a chunk keeps its ``#n``."""
     try:
         path = urlsplit(url.strip()).path
     except ValueError:
@@ -117,12 +114,11 @@ class CorpusService:
         if not raw_page.isdigit() or not 1 <= int(raw_page) <= MAX_PAGE:
             raise BadRequest(400, f"page must be a whole number from 1 to {MAX_PAGE}")
         page = int(raw_page)
-        hits = self.corpus.search(query, page * PER_PAGE)[(page - 1) * PER_PAGE:]
-        results = []
-        for hit in hits:
-            passage = parse_corpus_url(hit.url)[1]
-            results.append({"id": passage, "title": hit.title, "url": passage_url(base, self.name, passage),
-                            "content": hit.snippet})
+        records = self.corpus.ranked(query, page * PER_PAGE)[(page - 1) * PER_PAGE:]
+        # The content is the whole passage (a chunk, a few hundred words at most): a tool that
+        # reads only SearXNG's snippets then still reads the passage.
+        results = [{"id": r.id, "title": r.title or r.id, "url": passage_url(base, self.name, r.id),
+                    "content": " ".join(r.text.split())} for r in records]
         return SearchPage(query=query, page=page, results=results)
 
     def passage(self, path: str) -> str:
@@ -230,8 +226,11 @@ class CorpusServer:
     (tests, scripts); ``serve_forever`` blocks (the CLI)."""
 
     def __init__(self, settings: Settings, name: str, host: str = "127.0.0.1", port: int = 8890,
-                 base_url: str = "", log: Log = lambda line: None):
+                 base_url: str = "", log: Log = lambda line: None, warm_up: bool = False):
         self.service = CorpusService(settings, name)
+        if warm_up:
+            # Before listening: a client that connects during a slow first search would time out.
+            self.service.corpus.search("warm up", 1)
         try:
             self.httpd = _Server((host, int(port)), _Handler)
         except OSError as exc:
@@ -247,10 +246,6 @@ class CorpusServer:
         """The server's base URL as bound (an IPv6 host in brackets)."""
         host, port = self.httpd.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-    def warm_up(self) -> None:
-        """Load the embedder and open the table before the first real request."""
-        self.service.corpus.search("warm up", 1)
 
     def serve_forever(self) -> None:
         """Serve until interrupted."""

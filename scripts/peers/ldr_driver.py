@@ -136,8 +136,16 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--questions-per-iteration", type=int, default=3)
     parser.add_argument("--snippets-only", type=lambda s: s.lower() == "true", default=False)
+    parser.add_argument("--log", help="append LDR's own log (INFO and up) to this file")
     args = parser.parse_args()
     sys.meta_path.insert(0, _NoTorch())
+    if args.log:
+        from loguru import logger
+
+        import local_deep_research  # noqa: F401 - it disables its own logging when imported
+
+        logger.enable("local_deep_research")
+        logger.add(args.log, level="INFO", backtrace=False, diagnose=False)
     return check(args) if args.check else run(args)
 
 

@@ -111,7 +111,7 @@ class CorpusService:
         if len(query) > MAX_QUERY_CHARS:
             raise BadRequest(400, f"query of {len(query)} characters: at most {MAX_QUERY_CHARS}")
         raw_page = (params.get("page") or params.get("pageno") or ["1"])[0].strip()
-        if not raw_page.isdigit() or not 1 <= int(raw_page) <= MAX_PAGE:
+        if not re.fullmatch(r"[0-9]{1,4}", raw_page) or not 1 <= int(raw_page) <= MAX_PAGE:
             raise BadRequest(400, f"page must be a whole number from 1 to {MAX_PAGE}")
         page = int(raw_page)
         records = self.corpus.ranked(query, page * PER_PAGE)[(page - 1) * PER_PAGE:]
@@ -124,7 +124,7 @@ class CorpusService:
     def passage(self, path: str) -> str:
         """The HTML page of the passage at ``path``; BadRequest 404 when there is none."""
         found = passage_id_from_url(path)
-        if found is None or found[0] != self.name:
+        if found is None or found[0] != self.name or not found[1].isprintable():
             raise BadRequest(404, f"no such page (passages are under {PASSAGE_PREFIX}{self.name}/ID)")
         try:
             record = self.corpus.get(found[1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -39,6 +40,8 @@ ANN_ROWS_PER_PARTITION = 25_000
 ANN_REFINE = 2
 
 Progress = Callable[[str], None]
+# Full-text searches of every corpus in the process, beside their vector searches (ranked()).
+_SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="corpus-fts")
 
 
 @dataclass
@@ -338,10 +341,14 @@ class Corpus:
         pool = max(int(limit), int(conf.candidates))
         embedder = get_embedder(self.settings)
         self._check_dim(table, embedder.dim)
-        full_text = self._fts(table, query, pool)
-        vector = embedder.encode([query])[0]
-        nearest = self._nearest(table, vector, pool)
-        fused = _rrf([full_text, nearest], int(conf.rrf_k))
+        # The full-text search runs beside the query's embedding and the vector search: both
+        # wait in native code, so on two cores a query costs the longer of the two, not the sum.
+        full_text = _SEARCH_POOL.submit(self._fts, table, query, pool)
+        try:
+            nearest = self._nearest(table, embedder.encode([query])[0], pool)
+        finally:
+            text_rows = full_text.result()
+        fused = _rrf([text_rows, nearest], int(conf.rrf_k))
         # A chunk id is its document id plus "#n"; ids never hold "#" otherwise (safe_id).
         return [CorpusRecord(id=row["id"], doc_id=row["id"].split("#", 1)[0], title=row["title"], text=row["text"])
                 for row in fused[: int(limit)]]

@@ -14,6 +14,8 @@ Measures:
 Usage: .venv/bin/python scripts/bench_sources.py [--synthetic N] [--plain N] [--queries N] [--out FILE]
 Results go to stdout (a table) and to bench-out/sources.json. The synthetic corpus is
 generated in a temporary folder (never committed) and removed afterwards.
+"""
+
 from __future__ import annotations
 
 import argparse

@@ -14,10 +14,11 @@ PY := $(BIN)/python
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF
 
 BENCH ?= ../shared/bench/musique-dev
+DATASET ?= $(BENCH)
 Q ?=
 N ?= 10
 
-.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes clean batch eval
+.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes bench-peers clean batch eval
 
 install: deps models demo-corpus ## virtual environment, every dependency, the default models, the demo corpus
 	@$(BIN)/appliance doctor || true
@@ -63,6 +64,11 @@ bench-pipeline:
 # Verification alone: the labelled vote set (tests/data/votes.jsonl) through each model's votes.
 bench-votes:
 	$(PY) scripts/bench_votes.py
+
+# Side by side with local-deep-research on N questions of DATASET (its own env in .build/peers;
+# not part of `make test`). DRY_RUN=1 checks every set-up step without installing or running models.
+bench-peers:
+	LLAMA_CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) scripts/bench_peers.py --dataset $(DATASET) --n $(N) $(if $(DRY_RUN),--dry-run)
 
 clean:
 	rm -rf .build .pytest_cache

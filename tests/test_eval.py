@@ -146,3 +146,71 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
     again_run = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out)])
     assert again_run.exit_code == 0, again_run.output
     assert len((out / "results.jsonl").read_text().splitlines()) == 6
+
+
+# ------------------------------------------------------------------ eval through SearXNG
+
+def test_passage_ids_of_served_pages():
+    assert passage_id("http://127.0.0.1:8890/corpus/eval-x/p0006") == "p0006"
+    assert passage_id("http://127.0.0.1:8890/corpus/eval-x/notes%2Fa.md%232") == "notes/a.md"
+    assert passage_id("http://example.org/pages/p0006.html") == "http://example.org/pages/p0006.html"
+
+
+@pytest.mark.slow
+@pytest.mark.searxng
+def test_eval_through_searxng(small_dataset, tmp_path, monkeypatch):
+    """Two questions in pipeline and rag mode, searched through a real SearXNG in front of the
+    served dataset corpus: cited pages are HTTP URLs that map back to passage ids."""
+    import sources_harness
+    from conftest import make_settings
+    from appliance.evaluation.runner import corpus_name_for, load_dataset
+    from appliance.sources.corpus import Corpus
+    from appliance.sources.serve import CorpusServer
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("APPLIANCE_HOME", str(home))
+    config = tmp_path / "eval.toml"
+    config.write_text('[fetch]\nallow_hosts = ["127.0.0.1"]\n', encoding="utf-8")
+    dataset = load_dataset(small_dataset)
+    name = corpus_name_for(dataset)
+    settings = make_settings(home)
+    Corpus(settings, name).add([dataset.corpus_path])
+    requests: list[str] = []
+    server = CorpusServer(settings, name, port=0, log=requests.append).start()
+    searxng = sources_harness.start_corpus_searxng(tmp_path / "searxng", server.url)
+    try:
+        out = tmp_path / "eval"
+        base = ["--config", str(config), "eval", str(small_dataset), "--profile", "quick", "--out", str(out),
+                "--mode", "pipeline", "--mode", "rag", "--backend", "searxng"]
+        result = CliRunner().invoke(main, base + ["--searxng-url", searxng.url])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["mode"] for r in rows) == ["pipeline", "pipeline", "rag", "rag"]
+        corpus_ids = {json.loads(line)["id"] for line in dataset.corpus_path.read_text().splitlines()}
+        for row in rows:
+            assert row["cited"], row
+            assert set(row["cited"]) <= corpus_ids, row["cited"]
+            assert row["sp_recall"] is not None
+        assert any(r["sp_recall"] > 0 for r in rows if r["mode"] == "rag")
+        # Searches and page reads went over HTTP, through SearXNG and the corpus server.
+        assert any(" GET /search?q=" in line for line in requests)
+        assert any(f" GET /corpus/{name}/" in line and " 200" in line for line in requests)
+        assert "search through SearXNG" in result.stdout
+
+        # A SearXNG that does not search this dataset's corpus fails before any model work.
+        other = make_settings(tmp_path / "other-home")
+        Corpus(other, "unrelated").add([dataset.corpus_path])
+        wrong = CorpusServer(other, "unrelated", port=0).start()
+        wrong_searxng = sources_harness.start_corpus_searxng(tmp_path / "searxng-wrong", wrong.url)
+        try:
+            failed = CliRunner().invoke(main, base[:7] + [str(tmp_path / "eval-wrong")] + base[8:]
+                                        + ["--searxng-url", wrong_searxng.url])
+        finally:
+            wrong_searxng.stop()
+            wrong.stop()
+        assert failed.exit_code == 5
+        assert f"no passage of the dataset's corpus '{name}'" in failed.stderr
+        assert f"appliance corpus serve {name}" in failed.stderr
+    finally:
+        searxng.stop()
+        server.stop()

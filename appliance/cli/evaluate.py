@@ -22,7 +22,12 @@ from .research import run_settings
               help="Output folder (default: reports/eval-<dataset>-<profile>).")
 @click.option("--force", is_flag=True, default=False, help="Redo questions already answered in the output folder.")
 @click.option("--no-cache", is_flag=True, default=False, help="Bypass the model-call cache.")
-def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache):
+@click.option("--backend", type=click.Choice(["corpus", "searxng"]), default="corpus", show_default=True,
+              help="Search the dataset's corpus directly, or through a SearXNG in front of it "
+                   "(`appliance corpus serve` + config/searxng/corpus.yml; eval does not start them).")
+@click.option("--searxng-url", default=None, metavar="URL",
+              help="SearXNG to search with --backend searxng (default: searxng.url).")
+def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url):
     """Answer DATASET_DIR's questions in each mode and score them.
 
     DATASET_DIR holds corpus.jsonl and questions.jsonl (see ../shared/bench/musique-dev).
@@ -31,6 +36,10 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     The table and chart show every mode the output folder holds for these questions, so modes
     run by separate commands into one --out are compared side by side. Rerunning resumes:
     answered questions are kept, model calls replay from the cache.
+
+    With --backend searxng every mode that searches goes through SearXNG and fetches the
+    passage pages over HTTP; their URLs map back to passage ids, so passage recall still
+    counts. The corpus server's host must be in fetch.allow_hosts.
     """
     from ..evaluation.output import columns, folder_rows, render_chart, render_table, summarize_columns
     from ..evaluation.runner import MODES, EvalRun, corpus_name_for, load_dataset
@@ -39,16 +48,22 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
 
     dataset = load_dataset(dataset_dir, limit)
     corpus = corpus_name_for(dataset)
-    settings = run_settings(profile, "corpus", corpus, None, model_name, no_cache)
+    settings = run_settings(profile, backend, corpus, searxng_url, model_name, no_cache)
     click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
     Corpus(settings, corpus).add([dataset.corpus_path])
     modes = list(modes) or list(MODES)
-    out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}")
+    # Results resume by question, mode, profile and model: another backend needs its own folder.
+    suffix = "-searxng" if backend == "searxng" else ""
+    out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}{suffix}")
     out.mkdir(parents=True, exist_ok=True)
-    models, backend, fetcher, embedder = open_run_parts(settings)
+    models, search, fetcher, embedder = open_run_parts(settings)
     with fetcher:
+        if backend == "searxng" and dataset.questions:
+            from ..evaluation.searxng import check_serves_dataset
+
+            check_serves_dataset(search, fetcher, dataset.questions[0]["question"], corpus)
         runner = EvalRun(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
-                         backend=backend, force=force, log=lambda s: click.echo(s, err=True))
+                         backend=search, force=force, log=lambda s: click.echo(s, err=True))
         runner.run(modes)
     # Every mode the folder holds for these questions, not only this command's modes.
     grouped = columns(folder_rows(out / "results.jsonl", [q["id"] for q in dataset.questions]))
@@ -57,7 +72,8 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     models_used = sorted({row.get("model", "") for row in rows}) or [models.label()]
     profiles = sorted({row.get("profile", "") for row in rows if row["mode"] == "pipeline"})
     title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {', '.join(models_used)}"
-             + (f", profile {', '.join(profiles)}" if profiles else ""))
+             + (f", profile {', '.join(profiles)}" if profiles else "")
+             + (", search through SearXNG" if backend == "searxng" else ""))
     markdown = render_table(table, title)
     (out / "eval.md").write_text(markdown, encoding="utf-8")
     (out / "eval.json").write_text(json.dumps(table, indent=2), encoding="utf-8")

@@ -163,4 +163,45 @@ def corpus_remove(name):
     click.echo(f"removed corpus {name}")
 
 
+@corpus.command("serve")
+@click.argument("name")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. The default answers this machine only; another address "
+                   "lets anyone who reaches it read the corpus.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8890, show_default=True,
+              help="Port to listen on (0: any free port; the URL is printed).")
+@click.option("--base-url", default="", metavar="URL",
+              help="Base of the passage URLs in results (default: the host and port the client used).")
+def corpus_serve(name, host, port, base_url):
+    """Serve corpus NAME over HTTP for SearXNG (its json_engine) and page fetchers.
+
+    GET /search?q=WORDS&page=N answers {"results": [{"title", "url", "content"}]}, ten a
+    page; each result URL (/corpus/NAME/ID) is the passage as an HTML page. Prints the base
+    URL on stdout and one line per request on stderr; Ctrl-C stops it. The SearXNG engine
+    entry to use is in config/searxng/corpus.yml.
+    """
+    import signal
+
+    from ..sources.serve import CorpusServer
+
+    server = CorpusServer(app().settings(), name, host=host, port=port, base_url=base_url, log=_log, warm_up=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        _log(f"warning: listening on {host}: anyone who can reach this address can search and read corpus {name}")
+    click.echo(server.url)
+    _log(f"serving corpus {name} at {server.url} (search: /search?q=WORDS&page=N, passages: /corpus/{name}/ID); "
+         "Ctrl-C stops")
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    _log("stopped")
+
+
 COMMANDS = [search, corpus]

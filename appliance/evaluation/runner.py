@@ -22,6 +22,7 @@ from ..contracts import EVAL_MODES, ShortAnswer
 from ..errors import ModelOutputError, UsageError
 from ..pipeline import prompts
 from ..pipeline.quotes import _normalise
+from ..sources.serve import passage_id_from_url
 from . import scoring
 
 MODES = EVAL_MODES
@@ -73,10 +74,15 @@ def corpus_name_for(dataset: Dataset) -> str:
 
 
 def passage_id(url: str) -> str:
-    """``corpus://NAME/ID`` (or ``ID#chunk``) -> ``ID``; other URLs are returned unchanged."""
+    """``corpus://NAME/ID`` (or ``ID#chunk``) -> ``ID``, and so for the page of a passage served
+    by `appliance corpus serve` (``http://HOST/corpus/NAME/ID``, as SearXNG returns it); other
+    URLs are returned unchanged."""
     if url.startswith("corpus://"):
         tail = url.split("/", 3)[-1]
         return tail.split("#", 1)[0]
+    served = passage_id_from_url(url)
+    if served is not None:
+        return served[1].split("#", 1)[0]
     return url
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -24,15 +25,23 @@ from .urls import CORPUS_SCHEME
 TABLE_PREFIX = "corpus_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _FTS_COLUMN = "search_text"
+_TEXT_COLUMNS = ("id", "doc_id", "chunk", "title", "text", _FTS_COLUMN, "source", "url", "doc_hash")
 _WORDS = re.compile(r"\w+", re.UNICODE)
-# Chunks embedded and written per batch: bounds memory on big folders, and keeps LanceDB's
-# fragments few (each add is one fragment).
-_BATCH_CHUNKS = 2048
-# Progress is reported after each slice of this many chunks is embedded.
-_PROGRESS_CHUNKS = 256
+# Chunks embedded and written per batch: bounds memory on big folders (about 30 MB of text and
+# vectors), and keeps LanceDB's fragments few and large (each write is one fragment).
+_BATCH_CHUNKS = 16384
+# The batch is embedded in slices of this many chunks of similar length (sorted by length, so
+# a slice pads little); progress is reported after each.
+_EMBED_SLICE = 1024
 _SNIPPET_CHARS = 300
+# Rows per IVF partition of the vector index.
+ANN_ROWS_PER_PARTITION = 25_000
+# ANN candidates re-ranked on the full vectors: pool * this many.
+ANN_REFINE = 2
 
 Progress = Callable[[str], None]
+# Full-text searches of every corpus in the process, beside their vector searches (ranked()).
+_SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="corpus-fts")
 
 
 @dataclass
@@ -137,6 +146,7 @@ class Corpus:
         self.table_name = TABLE_PREFIX + self.name
         self._db = _connect(settings)
         self._table = None
+        self._ann: Optional[bool] = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ tables
@@ -214,7 +224,7 @@ class Corpus:
         # Also when nothing was added: an add killed before this point left rows unindexed.
         if report.chunks_added or report.updated or self._index_stale(table):
             if progress:
-                progress("updating the full-text index")
+                progress("updating the indexes")
             self._index(table)
         report.files = log.files
         report.skipped.extend(log.skipped)
@@ -254,34 +264,47 @@ class Corpus:
             ids = ", ".join(_quote(i) for i in replaced[start:start + 500])
             table.delete(f"doc_id IN ({ids})")
         rows = self._rows(docs)
-        for start in range(0, len(rows), _PROGRESS_CHUNKS):
-            part = rows[start:start + _PROGRESS_CHUNKS]
-            for row, vector in zip(part, embedder.encode([r[_FTS_COLUMN] for r in part])):
-                row["vector"] = vector
-            if progress:
-                progress(f"embedded {report.chunks_added + start + len(part)} chunks")
-        table.add(rows)
+        vectors = self._embed(rows[_FTS_COLUMN], embedder, report.chunks_added, progress)
+        table.add(_arrow_rows(rows, vectors, table.schema))
         for doc in docs:
             if doc.id in known:
                 report.updated += 1
             else:
                 report.added += 1
             known[doc.id] = doc.content_hash
-        report.chunks_added += len(rows)
+        report.chunks_added += len(vectors)
 
-    def _rows(self, docs: list[Document]) -> list[dict]:
+    @staticmethod
+    def _embed(texts: list[str], embedder, done: int, progress: Optional[Progress]):
+        """Vectors of ``texts`` in their order, embedded in slices of similar length: a batch
+        of the model pads every text to its longest, so mixing lengths wastes most of it."""
+        import numpy as np
+
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = np.empty((len(texts), embedder.dim), dtype=np.float32)
+        for start in range(0, len(order), _EMBED_SLICE):
+            part = order[start:start + _EMBED_SLICE]
+            vectors[part] = embedder.encode([texts[i] for i in part])
+            if progress:
+                progress(f"embedded {done + start + len(part)} chunks")
+        return vectors
+
+    def _rows(self, docs: list[Document]) -> dict[str, list]:
+        """The chunks of ``docs`` as columns (without vectors)."""
         conf = self.settings.corpus
-        rows: list[dict] = []
+        columns: dict[str, list] = {name: [] for name in _TEXT_COLUMNS}
         for doc in docs:
             chunks = chunk_text(doc.text, conf.chunk_chars, conf.paragraph_max_chars)
             for number, text in enumerate(chunks, start=1):
                 # A one-chunk document keeps the bare id (p0006); chunks of a longer one are
                 # fragments of it (notes.md#2), so the document id stays recoverable.
-                chunk_id = doc.id if len(chunks) == 1 else f"{doc.id}#{number}"
-                rows.append({"id": chunk_id, "doc_id": doc.id, "chunk": number, "title": doc.title,
-                             "text": text, _FTS_COLUMN: f"{doc.title}\n\n{text}" if doc.title else text,
-                             "source": doc.source, "url": doc.url, "doc_hash": doc.content_hash})
-        return rows
+                values = {"id": doc.id if len(chunks) == 1 else f"{doc.id}#{number}", "doc_id": doc.id,
+                          "chunk": number, "title": doc.title, "text": text,
+                          _FTS_COLUMN: f"{doc.title}\n\n{text}" if doc.title else text,
+                          "source": doc.source, "url": doc.url, "doc_hash": doc.content_hash}
+                for name in _TEXT_COLUMNS:
+                    columns[name].append(values[name])
+        return columns
 
     def _index_stale(self, table) -> bool:
         if table.count_rows() == 0:
@@ -292,21 +315,34 @@ class Corpus:
         return True
 
     def _index(self, table) -> None:
+        """Bring the indexes up to date once per add: the full-text index always; the vector
+        index (ANN) once the corpus reaches corpus.ann_min_rows, below which an exact scan
+        is fast enough and exact. New rows join existing indexes without retraining."""
         from lancedb.index import FTS
 
-        indexed = any(_FTS_COLUMN in idx.columns for idx in table.list_indices())
+        have = {column for idx in table.list_indices() for column in idx.columns}
+        rows = table.count_rows()
         try:
-            if indexed:
-                table.optimize()  # indexes the new rows and compacts the small fragments
+            if _FTS_COLUMN in have:
+                table.optimize()  # indexes the new rows (every index) and compacts small fragments
             else:
                 table.create_index(_FTS_COLUMN, config=FTS(), replace=True)
+            if "vector" not in have and rows >= int(self.settings.corpus.ann_min_rows) > 0:
+                table.create_index("vector", config=_ann_config(rows), replace=True)
         except Exception as exc:  # noqa: BLE001
-            raise CorpusError(f"cannot build the full-text index of corpus {self.name!r}: {exc}") from None
+            raise CorpusError(f"cannot build the indexes of corpus {self.name!r}: {exc}") from None
+        self._ann = None
 
     # ------------------------------------------------------------------ search
 
     def search(self, query: str, limit: int) -> list[Hit]:
         """Hybrid search: full-text and vector candidates fused by reciprocal rank fusion."""
+        return [Hit(url=corpus_url(self.name, record.id), title=record.title or record.id,
+                    snippet=_snippet(record.text), engine="corpus", rank=rank, query=query)
+                for rank, record in enumerate(self.ranked(query, limit), start=1)]
+
+    def ranked(self, query: str, limit: int) -> list[CorpusRecord]:
+        """The ``limit`` best passages for ``query``, best first, with their whole text."""
         from ..embed import get_embedder
 
         table = self._open()
@@ -314,16 +350,32 @@ class Corpus:
         pool = max(int(limit), int(conf.candidates))
         embedder = get_embedder(self.settings)
         self._check_dim(table, embedder.dim)
-        full_text = self._fts(table, query, pool)
-        vector = embedder.encode([query])[0]
-        nearest = (table.search(vector, vector_column_name="vector").distance_type("cosine")
-                   .limit(pool).select(["id", "title", "text", "_distance"]).to_list())
-        fused = _rrf([full_text, nearest], int(conf.rrf_k))
-        hits: list[Hit] = []
-        for rank, row in enumerate(fused[: int(limit)], start=1):
-            hits.append(Hit(url=corpus_url(self.name, row["id"]), title=row["title"] or row["id"],
-                            snippet=_snippet(row["text"]), engine="corpus", rank=rank, query=query))
-        return hits
+        # The full-text search runs beside the query's embedding and the vector search: both
+        # wait in native code, so on two cores a query costs the longer of the two, not the sum.
+        full_text = _SEARCH_POOL.submit(self._fts, table, query, pool)
+        try:
+            nearest = self._nearest(table, embedder.encode([query])[0], pool)
+        finally:
+            text_rows = full_text.result()
+        fused = _rrf([text_rows, nearest], int(conf.rrf_k))
+        # A chunk id is its document id plus "#n"; ids never hold "#" otherwise (safe_id).
+        return [CorpusRecord(id=row["id"], doc_id=row["id"].split("#", 1)[0], title=row["title"], text=row["text"])
+                for row in fused[: int(limit)]]
+
+    def _nearest(self, table, vector, pool: int) -> list[dict]:
+        """The ``pool`` passages nearest to ``vector`` (cosine): through the ANN index when the
+        corpus has one (its candidates re-ranked on the full vectors), else an exact scan."""
+        query = table.search(vector, vector_column_name="vector").distance_type("cosine").limit(pool)
+        if self._has_ann(table):
+            query = query.refine_factor(ANN_REFINE)
+        return query.select(["id", "title", "text", "_distance"]).to_list()
+
+    def _has_ann(self, table) -> bool:
+        # Cached: an index appears only through an add (which resets this), and asking LanceDB
+        # on every query costs a listing of the table's indexes.
+        if self._ann is None:
+            self._ann = any("vector" in idx.columns for idx in table.list_indices())
+        return self._ann
 
     def _fts(self, table, query: str, pool: int) -> list[dict]:
         """Full-text candidates; a query the parser rejects is retried as plain words, and a
@@ -375,6 +427,24 @@ class Corpus:
                            embed_model=meta.get(b"embed_model", b"").decode(),
                            dim=table.schema.field("vector").type.list_size,
                            fts_indexed=indexed, unindexed_rows=unindexed)
+
+
+def _arrow_rows(columns: dict[str, list], vectors, schema):
+    """One Arrow table for one write: columns as they are, vectors as a fixed-size list."""
+    import pyarrow as pa
+
+    flat = pa.array(vectors.reshape(-1), type=pa.float32())
+    arrays = {name: columns[name] for name in _TEXT_COLUMNS}
+    arrays["vector"] = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+    return pa.table(arrays, schema=schema)
+
+
+def _ann_config(rows: int):
+    """The vector index: IVF partitions of HNSW graphs over 8-bit scalar-quantised vectors
+    (see corpus.ann_min_rows in defaults.toml for the measurement behind it)."""
+    from lancedb.index import IvfHnswSq
+
+    return IvfHnswSq(distance_type="cosine", num_partitions=max(1, rows // ANN_ROWS_PER_PARTITION))
 
 
 def _rrf(rankings: list[list[dict]], k: int) -> list[dict]:

@@ -51,8 +51,10 @@ def _lookup_allowed(host) -> bool:
         return False
 
 
-def install() -> Callable[[], None]:
-    """Install the guard; returns a function that removes it."""
+def install(on_block: Callable[[str], None] | None = None) -> Callable[[], None]:
+    """Install the guard; returns a function that removes it. ``on_block(message)`` is called
+    for every refused connection or lookup (scripts/bench_peers.py records them)."""
+    note = on_block or (lambda message: None)
     real = {name: getattr(socket.socket, name) for name in ("connect", "connect_ex")}
     real_getaddrinfo = socket.getaddrinfo
     real_gethostbyname = socket.gethostbyname
@@ -61,14 +63,18 @@ def install() -> Callable[[], None]:
     def guarded(method):
         def call(self, address):
             if self.family in (socket.AF_INET, socket.AF_INET6) and not is_loopback(address):
-                raise NetworkBlocked(f"test network guard: connection to {address!r} refused (loopback only)")
+                message = f"test network guard: connection to {address!r} refused (loopback only)"
+                note(message)
+                raise NetworkBlocked(message)
             return real[method](self, address)
         return call
 
     def refuse_lookup(host) -> None:
         # A lookup of any other name would send a DNS query off the machine; failing it as
         # "no such name" is what the code under test must handle anyway.
-        raise socket.gaierror(socket.EAI_NONAME, f"test network guard: DNS lookup of {host!r} refused (loopback only)")
+        message = f"test network guard: DNS lookup of {host!r} refused (loopback only)"
+        note(message)
+        raise socket.gaierror(socket.EAI_NONAME, message)
 
     def getaddrinfo(host, *args, **kwargs):
         if not _lookup_allowed(host):

@@ -40,7 +40,8 @@ models: deps
 demo-corpus: venv
 	$(BIN)/appliance corpus add $(BENCH)/corpus.jsonl --name default
 
-test: ## the whole test suite (real model, real LanceDB, real SearXNG on loopback)
+test: ## the type check, then the whole test suite (real model, real LanceDB, real SearXNG on loopback)
+	$(PY) -m mypy
 	$(PY) -m pytest tests
 
 run: ## make run Q="your question"

@@ -22,7 +22,7 @@ from typing import Callable
 from .contracts import PROFILES, RunStatus
 from .config import Settings, SettingsRecipe
 from .errors import ApplianceError, UsageError
-from .pipeline.run import clean_question
+from .questions import clean_question
 from .pipeline.state import write_atomic
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
@@ -183,7 +183,7 @@ class Worker:
     """Loads the run's parts once and answers questions one by one (in a process of its own)."""
 
     def __init__(self, recipe: SettingsRecipe, n_threads: int | None = None):
-        from .pipeline.run import open_run_parts
+        from .pipeline.parts import open_run_parts
 
         self.recipe = recipe
         self.n_threads = n_threads
@@ -249,17 +249,17 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
         else:
             todo.append(index)
             continue
-        on_result(_with_line(results[index], item))
+        on_result(_with_line(_done(results[index]), item))
     if todo and jobs <= 1:
         worker = Worker(recipe)
         with worker.fetcher:
             for index in todo:
                 results[index] = worker.run(items[index], out_dir)
-                on_result(_with_line(results[index], items[index]))
+                on_result(_with_line(_done(results[index]), items[index]))
     elif todo:
         # Check everything a worker will load here, so a bad model or corpus is one line, not a
         # dead process pool.
-        from .pipeline.run import check_run_parts
+        from .pipeline.parts import check_run_parts
 
         check_run_parts(recipe.build())
         threads = max(1, (os.cpu_count() or 2) // jobs)
@@ -277,8 +277,14 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
                     raise ApplianceError("a batch worker process died (out of memory or killed)",
                                          hint="run the same command again: finished reports are kept "
                                               "and unfinished ones resume from the caches") from None
-                on_result(_with_line(results[index], item))
+                on_result(_with_line(_done(results[index]), item))
     return [_with_line(result, item) for result, item in zip(results, items) if result is not None]
+
+
+def _done(result: ItemResult | None) -> ItemResult:
+    """A result just set (the list holds None only for questions not yet answered)."""
+    assert result is not None
+    return result
 
 
 def _with_line(result: ItemResult, item: BatchItem) -> ItemResult:

@@ -61,6 +61,7 @@ class LlmSettings(_Section):
 class EmbedSettings(_Section):
     model_path: str
     batch_size: int
+    threads: int
 
 
 class SearchSettings(_Section):
@@ -97,6 +98,7 @@ class CorpusSettings(_Section):
     paragraph_max_chars: int
     candidates: int
     rrf_k: int
+    ann_min_rows: int
 
 
 class PipelineSettings(_Section):

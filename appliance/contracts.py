@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
-from typing import Literal, Optional, get_args
+from typing import Literal, Optional, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -327,7 +327,10 @@ class ReportData:
 _BOUNDED: dict[tuple, type[BaseModel]] = {}
 
 
-def bounded(schema: type[_Out], **limits: tuple[int, int]) -> type[_Out]:
+O = TypeVar("O", bound=BaseModel)
+
+
+def bounded(schema: type[O], **limits: tuple[int, int]) -> type[O]:
     """``schema`` with tighter list lengths, e.g. ``bounded(Plan, nodes=(2, 3))``.
 
     The profile's limits then reach the grammar itself: a small model cannot spend tokens on
@@ -339,14 +342,15 @@ def bounded(schema: type[_Out], **limits: tuple[int, int]) -> type[_Out]:
     if key not in _BOUNDED:
         from pydantic import create_model
 
-        fields = {}
+        fields: dict[str, Any] = {}
         for name, (low, high) in limits.items():
             field = schema.model_fields[name]
             fields[name] = (field.annotation, Field(min_length=low, max_length=high,
                                                     description=field.description))
         suffix = "_".join(f"{n}{lo}to{hi}" for n, (lo, hi) in sorted(limits.items()))
-        _BOUNDED[key] = create_model(f"{schema.__name__}_{suffix}", __base__=schema, **fields)
-    return _BOUNDED[key]
+        _BOUNDED[key] = create_model(f"{schema.__name__}_{suffix}", __base__=cast(type[BaseModel], schema),
+                                     **fields)
+    return cast("type[O]", _BOUNDED[key])
 
 
 def quoting_extraction(max_claims: int, sentences: tuple[str, ...]) -> type[Extraction]:
@@ -360,8 +364,8 @@ def quoting_extraction(max_claims: int, sentences: tuple[str, ...]) -> type[Extr
     from pydantic import create_model
 
     quoted = create_model("QuotedClaim", __base__=_Out,
-                          quote=(Literal[sentences], ...),  # type: ignore[valid-type]
+                          quote=(Literal[sentences], ...),  # type: ignore[valid-type,arg-type]
                           claim=(str, Field(max_length=300)),
                           importance=(Importance, ...))
     return create_model(f"Extraction_quoted_claims0to{max_claims}", __base__=Extraction,
-                        claims=(list[quoted], Field(min_length=0, max_length=max_claims)))
+                        claims=(list[quoted], Field(min_length=0, max_length=max_claims)))  # type: ignore[valid-type]

@@ -50,7 +50,7 @@ def main() -> int:
 
     from appliance.config import load_settings
     from appliance.evaluation.runner import EvalRun, corpus_name_for, load_dataset
-    from appliance.pipeline.run import open_run_parts
+    from appliance.pipeline.parts import open_run_parts
     from appliance.sources.corpus import Corpus
 
     dataset = load_dataset(args.dataset, args.limit)

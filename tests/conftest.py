@@ -233,12 +233,12 @@ def llm_engine(llm_pool):
 @pytest.fixture
 def cli_with_script(monkeypatch):
     """Make CLI runs use a scripted engine in every role (the real model is not loaded)."""
-    from appliance.pipeline.run import Models
+    from appliance.pipeline.parts import Models
     from fakes import FakeEngine
 
     def use(script: dict) -> FakeEngine:
         engine = FakeEngine(script)
-        monkeypatch.setattr("appliance.pipeline.run.load_models", lambda settings: Models(planner=engine, extractor=engine, verifier=engine, writer=engine))
+        monkeypatch.setattr("appliance.pipeline.parts.load_models", lambda settings: Models(planner=engine, extractor=engine, verifier=engine, writer=engine))
         return engine
     return use
 

@@ -24,7 +24,8 @@ class FakeEngine:
         self.schemas: list[tuple[str, type]] = []  # (purpose, schema) of each call
         self._lock = threading.Lock()
 
-    def structured(self, messages, schema, *, seed=None, max_tokens=None, temperature=None, purpose=""):
+    def structured(self, messages, schema, *, seed=None, max_tokens=None, temperature=None, top_p=None,
+                   purpose="", cache=None):
         with self._lock:
             self.calls.append((purpose, seed))
             self.schemas.append((purpose, schema))

@@ -50,7 +50,7 @@ from appliance.cli import main
 from appliance.contracts import (Extraction, GapQuestions, Plan, PlanNode, ReportDraft, SearchQueries,
                                  ShortAnswer)
 from appliance.pipeline.quotes import quotable_sentences
-from appliance.pipeline.run import Models
+from appliance.pipeline.parts import Models
 from conftest import REPO, TEST_MODEL_ENV, loopback_overrides, make_settings
 
 

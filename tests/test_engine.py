@@ -589,3 +589,19 @@ def test_messages_are_checked(tmp_path):
         engine.structured([{"role": "tool", "content": "x"}], Vote)
     with pytest.raises(UsageError):
         engine.structured([], Vote)
+
+
+def test_the_scripted_engine_keeps_the_engines_shape():
+    """Control-flow tests drive the pipeline with FakeEngine: it must take every argument the
+    pipeline may pass to a real engine (its signature once drifted without anything noticing)."""
+    import inspect
+
+    from fakes import FakeEngine
+
+    from appliance.llm.protocol import StructuredModel
+
+    def shape(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert shape(FakeEngine.structured) == shape(StructuredModel.structured) == shape(Engine.structured)
+    assert isinstance(FakeEngine({}), StructuredModel)

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from appliance.config import load_settings
-from appliance.pipeline.run import clean_question
+from appliance.questions import clean_question
 from fault_helpers import (MANIFEST_ROLES, HONEYBEE, SAFE_REPORT_NAME, any_page_script, app_env, assert_one_line_error, cli,
                            files_under, report_path_from)
 

@@ -21,7 +21,8 @@ from appliance.embed import get_embedder
 from appliance.errors import ModelOutputError
 from appliance.llm.manifest import file_sha256
 from appliance.pipeline import prompts
-from appliance.pipeline.run import Models, research
+from appliance.pipeline.parts import Models
+from appliance.pipeline.run import research
 from conftest import make_settings, read_jsonl
 from fakes import FakeBackend, FakeEngine, fail
 from fault_helpers import (MANIFEST_ROLES, HONEYBEE, MANIFEST, MODEL_FILE, any_page_script, app_env, assert_one_line_error,

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 from appliance.contracts import (Importance, MergedClaim, NodeState, QuoteRef, Source, SourceQuality,
                                  Verdict, VoteRecord)
 from appliance.errors import UsageError
-from appliance.pipeline.run import clean_question, run_id_for, slugify
+from appliance.questions import clean_question, run_id_for, slugify
 from appliance.contracts import CitedStatement, ReportData, RunStatus, Synthesis
 from appliance.report import STAT_ROWS, render_json, render_markdown
 from appliance.sources.fetch import Fetcher

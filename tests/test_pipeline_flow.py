@@ -14,7 +14,9 @@ from appliance.contracts import (Extraction, GapQuestions, Hit, Importance, Plan
 from appliance.embed import get_embedder
 from appliance.pipeline.plan import check_plan, topo_order
 from appliance.pipeline.quotes import quotable_sentences
-from appliance.pipeline.run import Models, clean_question, research, slugify
+from appliance.pipeline.parts import Models
+from appliance.pipeline.run import research
+from appliance.questions import clean_question, slugify
 from appliance.pipeline.verify import VoteRule, tally
 from appliance.errors import UsageError
 
@@ -409,11 +411,12 @@ def test_research_command_exit_code_follows_the_report(status, code, monkeypatch
     from click.testing import CliRunner
 
     from appliance.cli import main
+    from appliance.pipeline import parts as parts_module
     from appliance.pipeline import run as run_module
     from appliance.pipeline.run import ResearchResult
 
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(run_module, "open_run_parts", lambda settings: (None, None, FakeFetcher({}), None))
+    monkeypatch.setattr(parts_module, "open_run_parts", lambda settings: (None, None, FakeFetcher({}), None))
     md = tmp_path / "r.md"
 
     def fake_research(question, settings, **kwargs):

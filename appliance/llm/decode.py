@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -141,7 +141,7 @@ class Generation:
 
 
 def generate(model: Model, matcher, sampler: Sampler, *, max_tokens: int, eos: Sequence[int],
-             piece: "callable", n_vocab: int, no_repeat_ngram: int = 0) -> Generation:
+             piece: Callable[[int], bytes], n_vocab: int, no_repeat_ngram: int = 0) -> Generation:
     """Run the loop until the grammar is complete, EOS, the budget, or a repetition stop.
 
     ``matcher`` is a fresh llguidance ``LLMatcher``; ``piece(token)`` gives a token's bytes;

@@ -179,7 +179,7 @@ class Engine:
             self._finish(record)
             raise
         try:
-            if use_cache:
+            if use_cache and self.cache is not None:
                 self.cache.put(key, raw, {"model": self.name, "schema": schema.__name__,
                                           "purpose": purpose, "attempts": record.attempts,
                                           "seed": seed, "generated_tokens": record.generated_tokens})
@@ -188,6 +188,8 @@ class Engine:
         return instance
 
     def _from_cache(self, key: str, schema: type[M]) -> M | None:
+        if self.cache is None:
+            return None
         cached = self.cache.get(key)
         if cached is None:
             return None

@@ -102,7 +102,7 @@ def grammar_for(schema_text: str) -> str:
     title = _title(schema_text)
     try:
         grammar = LLMatcher.grammar_from_json_schema(normalize_schema(json.loads(schema_text)),
-                                                     overrides=_JSON_OPTIONS)
+                                                     overrides=_JSON_OPTIONS)  # type: ignore[arg-type]
         failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     except GrammarError:
         raise

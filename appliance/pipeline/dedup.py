@@ -12,6 +12,8 @@ are the seed of a claim store that later runs could consult.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from ..config import state_dir
@@ -88,8 +90,8 @@ class ClaimPool:
     def _nearest(self, vector) -> str | None:
         if not self.claims:
             return None
-        rows = (self._table.search(vector.astype("float32").tolist()).distance_type("cosine")
-                .where(self._where, prefilter=True).limit(1).to_list())
+        query: Any = self._table.search(vector.astype("float32").tolist())  # a vector query
+        rows = query.distance_type("cosine").where(self._where, prefilter=True).limit(1).to_list()
         if not rows:
             return None
         similarity = 1.0 - float(rows[0]["_distance"])
@@ -119,7 +121,8 @@ class ClaimPool:
         """Compact the table once its many small writes add up (best effort: a table left
         uncompacted is only slower)."""
         try:
-            if self._table.stats()["fragment_stats"]["num_fragments"] >= COMPACT_AFTER:
+            stats: Any = self._table.stats()
+            if stats["fragment_stats"]["num_fragments"] >= COMPACT_AFTER:
                 self._table.optimize()
         except Exception:  # noqa: BLE001 - compaction is an optimisation, never a failure
             pass

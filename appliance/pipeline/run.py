@@ -6,21 +6,19 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import re
 import time
-import unicodedata
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..config import Settings, state_dir
-from ..contracts import ROLES, Importance, MergedClaim, NodeState, ReportData, RunStatus, Verdict
-from ..errors import ApplianceError, ModelOutputError, StateError, UsageError
+from ..contracts import Importance, MergedClaim, NodeState, ReportData, RunStatus, Verdict
+from ..errors import ApplianceError, ModelOutputError, StateError
+from ..questions import clean_question, run_id_for
 from ..report import render_json, render_markdown
 from . import prompts
+from .parts import ACCOUNTING_FIELDS, Models
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
@@ -28,51 +26,6 @@ from .plan import check_plan, make_plan, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import short_answer, synthesize
 from .verify import verify_claims
-
-MAX_QUESTION_CHARS = 2000
-ACCOUNTING_FIELDS = {"calls": "calls", "model_calls": "model_calls", "cache_hits": "cache_hits",
-                     "tokens_submitted": "prompt_tokens", "tokens_evaluated": "prompt_evaluated",
-                     "tokens_generated": "generated_tokens", "tokens_sampled": "sampled_tokens",
-                     "tokens_forced": "forced_tokens", "repetition_stops": "repetition_stops",
-                     "mask_seconds": "mask_seconds", "decode_seconds": "decode_seconds",
-                     "llm_seconds": "seconds"}
-
-
-@dataclass
-class Models:
-    """An engine per role (one engine may hold several roles)."""
-
-    planner: Any
-    extractor: Any
-    verifier: Any
-    writer: Any
-
-    @classmethod
-    def from_pool(cls, pool) -> "Models":
-        return cls(**{role: pool.for_role(role) for role in ROLES})
-
-    def engines(self) -> list:
-        seen: list = []
-        for role in ROLES:
-            engine = getattr(self, role)
-            if all(engine is not e for e in seen):
-                seen.append(engine)
-        return seen
-
-    def label(self) -> str:
-        names = {role: getattr(getattr(self, role), "name", "model") for role in ROLES}
-        if len(set(names.values())) == 1:
-            return names["planner"]
-        return ", ".join(f"{role}={name}" for role, name in names.items())
-
-    def totals(self) -> dict[str, float]:
-        totals = {key: 0.0 for key in ACCOUNTING_FIELDS}
-        for engine in self.engines():
-            acc = engine.accounting
-            for key, attr in ACCOUNTING_FIELDS.items():
-                totals[key] += getattr(acc, attr, 0)
-        return totals
-
 
 @dataclass
 class ResearchResult:
@@ -82,31 +35,6 @@ class ResearchResult:
     run_dir: Path
     report: dict
     exit_code: int = 0      # non-zero when the run failed (plan_failed, error): the report says why
-
-
-def clean_question(question: str) -> str:
-    """The question with control characters removed and spaces folded; a UsageError if unusable."""
-    text = "".join(ch if unicodedata.category(ch)[0] != "C" or ch in "\t\n" else " " for ch in question)
-    text = " ".join(text.split())
-    if not text:
-        raise UsageError("the question is empty", hint='ask something, e.g. appliance research "Who ...?"')
-    if len(text) > MAX_QUESTION_CHARS:
-        raise UsageError(f"the question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}",
-                         hint="shorten it to the question itself and put background in a corpus")
-    return text
-
-
-def slugify(text: str, limit: int = 48) -> str:
-    """A file-name-safe slug on any filesystem, plus a short hash so distinct questions never collide."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
-    words = re.sub(r"[^a-z0-9]+", "-", ascii_text).strip("-")
-    words = words[:limit].rstrip("-") or "question"
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-    return f"{words}-{digest}"
-
-
-def run_id_for(question: str, date: str) -> str:
-    return f"{date}-{slugify(question)}"
 
 
 @contextmanager
@@ -280,75 +208,3 @@ def _write_outputs(run: RunContext, data: ReportData, out: Path, stem: str) -> R
     run.recorder.write_json("stats.json", data.stats)
     return ResearchResult(status=data.status, markdown_path=md_path, json_path=json_path,
                           run_dir=run.recorder.folder, report=report)
-
-
-def check_run_parts(settings: Settings) -> None:
-    """The checks of ``open_run_parts`` without loading a model: the search backend answers,
-    and every role's model file exists, is GGUF and has its manifest hash."""
-    from ..llm.manifest import HashCache, check_model_file, load_manifest_for, resolve_model
-    from ..sources.base import make_backend
-    from ..sources.preflight import check_backend
-
-    check_backend(settings, make_backend(settings))
-    manifest = load_manifest_for(settings)
-    hashes = HashCache.for_settings(settings)
-    for entry in {resolve_model(settings, role, manifest).name: resolve_model(settings, role, manifest)
-                  for role in ROLES}.values():
-        check_model_file(manifest, entry, hashes=hashes)
-
-
-def open_run_parts(settings: Settings):
-    """Load what a run needs (models, search backend, fetcher, embedder), checking every part
-    before any work starts: a missing corpus or model fails here in one line."""
-    from ..embed import get_embedder
-    from ..sources.base import make_backend
-    from ..sources.fetch import Fetcher
-    from ..sources.preflight import check_backend
-
-    backend = make_backend(settings)
-    check_backend(settings, backend)
-    models = load_models(settings)
-    check_context(models)
-    return models, backend, Fetcher(settings), get_embedder(settings)
-
-
-def _fixed_prompts(role: str) -> list[tuple[str, list[dict], int]]:
-    """The prompts a role sends with their variable text empty, and their output budgets."""
-    ctx = prompts.Context(question="", today="2000-01-01")
-    return {
-        "planner": [("plan", prompts.plan(ctx, 1, 1), prompts.PLAN_TOKENS),
-                    ("gaps", prompts.gaps(ctx, "", "", 1), prompts.GAPS_TOKENS)],
-        "extractor": [("queries", prompts.queries(ctx, "", "", 1), prompts.QUERIES_TOKENS),
-                      ("extract", prompts.extract(ctx, "", "", "", None, "", 1), prompts.EXTRACT_TOKENS),
-                      ("reflect", prompts.reflect(ctx, "", "", 1), prompts.REFLECT_TOKENS)],
-        "verifier": [("vote", prompts.vote(ctx, "", ""), prompts.VOTE_TOKENS)],
-        "writer": [("answer", prompts.short_answer("", "", ctx.today), prompts.ANSWER_TOKENS),
-                   ("synthesize", prompts.synthesize(ctx, "", ""), prompts.REPORT_TOKENS)],
-    }[role]
-
-
-def check_context(models: Models) -> None:
-    """Fail before any work when a model's context cannot hold a prompt's fixed part plus its
-    output budget: the engine trims variable text (sources, claim lists) to fit, but a
-    context too small for the rest would only fail part-way through the run."""
-    from ..errors import ContextOverflowError
-
-    for engine in models.engines():
-        if not hasattr(engine, "count_prompt"):
-            continue  # a scripted stand-in in tests
-        roles = [role for role in ROLES if getattr(models, role) is engine]
-        # The largest need, so that the hint names a context that holds every prompt.
-        need, kind, budget = max((engine.count_prompt(messages) + budget, kind, budget)
-                                 for role in roles for kind, messages, budget in _fixed_prompts(role))
-        if need > engine.n_ctx:
-            raise ContextOverflowError(
-                f"model '{engine.name}' has a context of {engine.n_ctx} tokens; its {kind} prompt "
-                f"needs at least {need} (fixed text plus {budget} output tokens)",
-                hint=f"raise llm.n_ctx to {need} or more, up to the model's own context")
-
-
-def load_models(settings: Settings) -> Models:
-    """The engines for every role, each manifest model loaded once (checked before any work)."""
-    from ..llm.engine import ModelPool
-
-    return Models.from_pool(ModelPool(settings))

@@ -7,9 +7,17 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..contracts import Source
+    from ..sources.base import SearchBackend
+    from ..sources.fetch import Fetcher
+    from ..sources.urls import UrlLedger
+    from .parts import Models
 
 from .. import atomic
 from ..errors import ModelOutputError, StateError
@@ -183,11 +191,13 @@ def ask(run: "RunContext", engine, messages: list[dict], schema: type[M], *, max
 
 @dataclass
 class RunContext:
-    settings: Any
-    models: Any            # pipeline.run.Models: an engine per role
-    backend: Any           # sources.base.SearchBackend
-    fetcher: Any           # sources.fetch.Fetcher
-    ledger: Any            # sources.urls.UrlLedger
+    """What one run shares across its phases."""
+
+    settings: Settings
+    models: Models
+    backend: SearchBackend
+    fetcher: Fetcher
+    ledger: UrlLedger
     recorder: Recorder
     searches: SearchLog
     stats: RunStats
@@ -195,5 +205,5 @@ class RunContext:
     progress: Progress = field(default_factory=Progress)
     started: float = field(default_factory=time.monotonic)
     # Every source read in the run, by URL (the report's source list is drawn from it).
-    sources: dict = field(default_factory=dict)
+    sources: dict[str, Source] = field(default_factory=dict)
     sources_lock: threading.Lock = field(default_factory=threading.Lock)

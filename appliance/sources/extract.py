@@ -60,7 +60,9 @@ def extract_html(html: bytes | str, url: str | None = None) -> Extracted:
 
 
 def _tag_count(html: bytes | str) -> int:
-    return html.count(b"<" if isinstance(html, bytes) else "<")
+    if isinstance(html, bytes):
+        return html.count(b"<")
+    return html.count("<")
 
 
 def _as_dict(doc) -> dict:

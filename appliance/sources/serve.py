@@ -183,11 +183,11 @@ class _Handler(BaseHTTPRequestHandler):
         """The base of result URLs: --base-url, else the Host the client used, else the bound address."""
         if self.server.base_url:
             return self.server.base_url
-        host = (self.headers.get("Host") or "").strip()
+        host = str(self.headers.get("Host") or "").strip()
         if not _HOST.match(host):
-            host, port = self.server.server_address[:2]
-            host = f"[{host}]" if ":" in host else host
-            host = f"{host}:{port}"
+            bound, port = self.server.server_address[:2]
+            name = bound.decode() if isinstance(bound, (bytes, bytearray)) else str(bound)
+            host = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
         return f"http://{host}"
 
     def _send(self, status: int, body: bytes, ctype: str) -> None:
@@ -245,6 +245,7 @@ class CorpusServer:
     def url(self) -> str:
         """The server's base URL as bound (an IPv6 host in brackets)."""
         host, port = self.httpd.server_address[:2]
+        host = host.decode() if isinstance(host, (bytes, bytearray)) else str(host)
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def serve_forever(self) -> None:

@@ -1,0 +1,37 @@
+"""Questions as the appliance takes them: cleaned of control characters, bounded in length,
+and named by a file-name-safe slug with the question's own hash (run folders, report files)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+from .errors import UsageError
+
+MAX_QUESTION_CHARS = 2000
+
+
+def clean_question(question: str) -> str:
+    """The question with control characters removed and spaces folded; a UsageError if unusable."""
+    text = "".join(ch if unicodedata.category(ch)[0] != "C" or ch in "\t\n" else " " for ch in question)
+    text = " ".join(text.split())
+    if not text:
+        raise UsageError("the question is empty", hint='ask something, e.g. appliance research "Who ...?"')
+    if len(text) > MAX_QUESTION_CHARS:
+        raise UsageError(f"the question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}",
+                         hint="shorten it to the question itself and put background in a corpus")
+    return text
+
+
+def slugify(text: str, limit: int = 48) -> str:
+    """A file-name-safe slug on any filesystem, plus a short hash so distinct questions never collide."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    words = re.sub(r"[^a-z0-9]+", "-", ascii_text).strip("-")
+    words = words[:limit].rstrip("-") or "question"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{words}-{digest}"
+
+
+def run_id_for(question: str, date: str) -> str:
+    return f"{date}-{slugify(question)}"

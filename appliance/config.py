@@ -114,6 +114,7 @@ class PipelineSettings(_Section):
     source_chars: int
     quote_sentences: bool
     quote_similarity: float
+    relevance_threshold: float
     dedup_threshold: float
     verify_top: int
     votes: int

@@ -72,8 +72,11 @@ def script(votes=None, **over):
 def flow_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     # Free quotes: these scripts quote fragments, some not in the page, to test the quote check.
+    # No relevance check: every page answers every query here, so which node reads which page
+    # is arbitrary (test_off_topic_claims_are_tangential checks it on its own).
     return load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
-                         overrides={"pipeline.gap_questions": 1, "pipeline.quote_sentences": False})
+                         overrides={"pipeline.gap_questions": 1, "pipeline.quote_sentences": False,
+                                    "pipeline.relevance_threshold": 0.0})
 
 
 def run_fake(settings, tmp_path, engine, hits=HITS, pages=PAGES):
@@ -209,6 +212,30 @@ def test_two_supports_confirm_two_refutations_kill(flow_settings, tmp_path):
     founded = next(v for t, v in verdicts.items() if "founded" in t)
     assert lisbon["confirmed"] and lisbon["refutations"] == 1 and lisbon["supports"] == 2
     assert not founded["confirmed"] and founded["refutations"] == 2
+
+
+def test_off_topic_claims_are_tangential(flow_settings, tmp_path):
+    """Labelled central by the model but far in meaning from every question of the run: the
+    claim is tangential (not verified), its relevance recorded."""
+    settings = flow_settings.with_overrides({"pipeline.relevance_threshold": 0.4})
+
+    def extract(messages, seed):
+        out = _extract(messages, seed)
+        if "harbour" in messages[-1]["content"]:
+            return Extraction(source_quality="blog", claims=[
+                {"claim": "Springfield has a large harbour.", "quote": "Springfield is a city with a large harbour",
+                 "importance": "central"}])
+        return out
+
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract)))
+    records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
+    harbour = [r for r in records if "harbour" in r["claim"]]
+    founded = [r for r in records if "founded" in r["claim"]]
+    assert harbour and all(r["off_topic"] and r["relevance"] < 0.4 for r in harbour)
+    assert founded and all(not r.get("off_topic") and r["relevance"] >= 0.4 for r in founded)
+    verified = {c["text"] for c in result.report["claims"] if c["verdict"]}
+    assert "Springfield has a large harbour." not in verified and verified
+    assert result.report["stats"]["claims_tangential"] >= 1
 
 
 def test_tangential_claims_are_not_verified(flow_settings, tmp_path):

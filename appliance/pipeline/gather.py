@@ -178,7 +178,8 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
             source_index += 1
             if not source.title:
                 source.title = hit.title
-            node_claims.extend(_read_source(run, node, parent_text, source, source_index))
+            node_claims.extend(_read_source(run, node, parent_text, source, source_index,
+                                            query_with_answers(node, parents)))
         if iteration + 1 >= iterations:
             break
         queries = _reflect(run, node, node_claims, effort)
@@ -255,7 +256,9 @@ def _admit(run: RunContext, hits: list[Hit], cap: int) -> list[Hit]:
 
 
 def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Source,
-                 index: int) -> list[Claim]:
+                 index: int, focus: str) -> list[Claim]:
+    """Extract the claims of one source; ``focus`` is what they must bear on (the node's
+    question with its parents' answers)."""
     with run.sources_lock:
         run.sources[source.url] = source
     if not source.ok or not source.text.strip():
@@ -280,13 +283,21 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
         return []
     source.quality = extraction.source_quality
     run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
+    relevance = _relevance(run, focus, [(" ".join(c.claim.split()), c.quote) for c in extraction.claims])
     accepted: list[Claim] = []
     for k, item in enumerate(extraction.claims[: settings.claims_per_source], start=1):
         run.stats.add(claims_extracted=1)
         span = find_quote(item.quote, source.text, settings.quote_similarity)
         claim_text = " ".join(item.claim.split())
         record = {"node": node.id, "source_url": source.url, "claim": claim_text,
-                  "model_quote": item.quote, "accepted": span is not None}
+                  "model_quote": item.quote, "accepted": span is not None,
+                  "importance": item.importance.value}
+        importance = item.importance
+        if relevance is not None:
+            record["relevance"] = round(float(relevance[k - 1]), 3)
+            if relevance[k - 1] < settings.relevance_threshold and importance != Importance.tangential:
+                importance = Importance.tangential  # off the sub-question, whatever the label
+                record["off_topic"] = True
         if span is not None and not grounded(claim_text, span):
             # The model's wording does not rest on the sentence it quoted (an echo of the
             # prompt's example, a guess): the quoted sentence itself is the claim.
@@ -299,10 +310,23 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
             continue
         accepted.append(Claim(
             id=f"{node.id}-s{index}-c{k}", node_id=node.id, text=claim_text, quote=span,
-            source_url=source.url, source_title=source.title, importance=item.importance,
+            source_url=source.url, source_title=source.title, importance=importance,
             source_quality=extraction.source_quality,
             published=source.published or extraction.publish_date))
     return accepted
+
+
+def _relevance(run: RunContext, focus: str, pairs: list[tuple[str, str]]):
+    """For each (claim, quote), how near it is in meaning to what the run asks: ``focus`` (the
+    node's question with its parents' answers), the main question or another sub-question of
+    the plan (a page read for one may answer another). The highest cosine similarity of any of
+    them with the claim or its quote; None when the check is off or no embedder is at hand."""
+    if not pairs or run.embedder is None or run.settings.pipeline.relevance_threshold <= 0:
+        return None
+    asks = list(dict.fromkeys([focus, run.ctx.question, *run.questions]))
+    vectors = run.embedder.encode(asks + [t for pair in pairs for t in pair])
+    sims = (vectors[len(asks):] @ vectors[:len(asks)].T).max(axis=1)
+    return [max(sims[2 * i], sims[2 * i + 1]) for i in range(len(pairs))]
 
 
 def _claims_text(claims: list[Claim], limit: int = 12) -> str:
@@ -327,7 +351,7 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     (its claims) and gaps (for the gap round). The answer is read from the verbatim sentences
     its claims quote, by the same short-answer prompt as the run's final answer: a small model
     reads far better than it restates. It must rest on those sentences, or it is not kept."""
-    relevant = [c for c in claims if c.importance != Importance.tangential] or claims
+    relevant = [c for c in claims if c.importance != Importance.tangential]
     if not relevant:
         node.findings = ""
         node.gaps = dedupe_text(node.gaps + [node.asked])

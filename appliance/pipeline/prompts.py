@@ -41,7 +41,7 @@ def _data_block(label: str, text: str) -> str:
 
 # Words of the worked examples below; model text that carries them when its input did not is an
 # echo of the example, not an answer (small models copy examples), and is dropped.
-EXAMPLE_MARKERS = ("frank herbert", "dune", "tacoma", "isaac asimov", "hugo award")
+EXAMPLE_MARKERS = ("frank herbert", "dune", "tacoma", "isaac asimov", "hugo award", "walkman")
 
 
 def echoes_example(text: str, *inputs: str) -> bool:
@@ -58,13 +58,20 @@ def echoes_example(text: str, *inputs: str) -> bool:
 def plan(ctx: Context, min_nodes: int, max_nodes: int) -> Messages:
     system = (
         f"Today is {ctx.today}. You break a research question into {min_nodes} to {max_nodes} "
-        "simpler sub-questions, each asking for one fact a document search can find, in the "
-        "order they must be answered. A sub-question that needs an earlier answer writes it as "
-        "#1, #2 (the number of that sub-question) and lists that id in depends_on. effort is 1 "
-        "for a simple question, up to 5 for a complex one.\n"
+        "simpler sub-questions, in the order they must be answered. Each asks for one fact a "
+        "document search can find, as a complete question that keeps the names and titles of "
+        "the question as they are written. A sub-question that needs an earlier answer writes "
+        "it as #1, #2 (the number of that sub-question) and lists that id in depends_on. The "
+        "last sub-question asks for what the question asks. effort is 1 for a simple question, "
+        "up to 5 for a complex one.\n"
+        # Two examples of different shapes: with one, a small model copies its wording.
         "Example question: Where was the author of Dune born?\n"
-        'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Who wrote Dune?", '
-        '"depends_on": []}, {"id": "q2", "question": "Where was #1 born?", "depends_on": ["q1"]}]}'
+        'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Who is the author of '
+        'Dune?", "depends_on": []}, {"id": "q2", "question": "Where was #1 born?", "depends_on": ["q1"]}]}\n'
+        "Example question: In what year was the company that makes the Walkman founded?\n"
+        'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Which company makes the '
+        'Walkman?", "depends_on": []}, {"id": "q2", "question": "In what year was #1 founded?", '
+        '"depends_on": ["q1"]}]}'
     )
     return _msgs(system, f"Question: {ctx.question}")
 
@@ -88,14 +95,15 @@ def extract(ctx: Context, node_question: str, earlier: str, title: str,
     """``quote_first``: the schema asks for the quote (a sentence of the source) before the claim."""
     if quote_first:
         how = ("For each claim pick a sentence of the source that bears on the sub-question and "
-               "copy it exactly as quote; then write the claim: what that sentence says about the "
-               "sub-question, as one short sentence that names its subject and keeps the "
-               "sentence's own names, numbers and dates. ")
+               "copy it exactly as quote; then write the claim: what that sentence states that "
+               "bears on the sub-question, as one short sentence that names its subject, keeps "
+               "the sentence's own names, numbers and dates, and adds nothing it does not say. ")
         claim = '{"quote": "Dune is a 1965 novel by Frank Herbert.", "claim": "Frank Herbert wrote Dune.", '
     else:
         how = ("For each claim copy one sentence of the source exactly, word for word, as quote; "
-               "the claim says what that sentence says about the sub-question, as one short "
-               "sentence that names its subject and keeps the sentence's own names, numbers and dates. ")
+               "the claim states what that sentence states that bears on the sub-question, as one "
+               "short sentence that names its subject, keeps the sentence's own names, numbers "
+               "and dates, and adds nothing it does not say. ")
         claim = '{"claim": "Frank Herbert wrote Dune.", "quote": "Dune is a 1965 novel by Frank Herbert.", '
     system = (
         f"Today is {ctx.today}. You extract evidence for a sub-question from one source. "

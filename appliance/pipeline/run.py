@@ -67,7 +67,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
                      ledger=UrlLedger(settings.fetch.budget), recorder=recorder,
                      searches=SearchLog(run_dir / "searches.jsonl"), stats=RunStats(),
                      ctx=prompts.Context(question=question, today=date),
-                     progress=progress or Progress())
+                     progress=progress or Progress(), embedder=embedder)
     before = models.totals()
     # Every model call of this run goes to calls.jsonl as it happens.
     removers = [engine.add_listener(lambda record: recorder.append("calls", record.as_dict()))
@@ -114,6 +114,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             checked.repairs.append("no usable sub-question in the plan: researching the question itself")
         nodes = topo_order(checked.nodes)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
+        run.questions = [n.question for n in nodes]
         run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes))
         run.recorder.write_json("plan.json", {"raw": plan.model_dump(mode="json"), "effort": checked.effort,
                                               "repairs": checked.repairs,

@@ -203,6 +203,10 @@ class RunContext:
     stats: RunStats
     ctx: prompts.Context
     progress: Progress = field(default_factory=Progress)
+    # The sentence embedder (claim relevance during gather; dedup has its own reference).
+    embedder: Any = None
+    # The plan's sub-questions: what a claim may bear on.
+    questions: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     # Every source read in the run, by URL (the report's source list is drawn from it).
     sources: dict[str, Source] = field(default_factory=dict)

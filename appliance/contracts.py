@@ -312,6 +312,8 @@ class ReportData:
     synthesis: Synthesis | None = None
     # The direct answer (yes/no, a name, date or number) drawn from the confirmed claims.
     short_answer: str = ""
+    # The confirmed claims the direct answer rests on (each hop of a multi-hop chain): cited beside it.
+    answer_claims: list[str] = field(default_factory=list)
     claims: dict[str, MergedClaim] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     nodes: list[NodeState] = field(default_factory=list)

@@ -102,7 +102,7 @@ def render_markdown(data: ReportData) -> str:
     out = [f"# Deep Dive: {md_inline(data.question)}", "",
            f"*{data.date} · model {md_inline(data.model)} · profile {data.profile} · "
            f"status: {STATUS_TEXT[data.status]}*", ""]
-    out += _answer_sections(data)
+    out += _answer_sections(data, cites)
     out += ["## Findings", ""] + _findings(data, cites)
     out += ["## Open Questions", ""] + _open_questions(data)
     out += ["## Sources", ""] + _sources(data, cites)
@@ -110,10 +110,11 @@ def render_markdown(data: ReportData) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _answer_sections(data: ReportData) -> list[str]:
+def _answer_sections(data: ReportData, cites: Citations) -> list[str]:
     syn = data.synthesis
     short = md_inline(data.short_answer).rstrip(".").strip()
-    direct = f"**{short}.**" if short else ""
+    marks, _ = cites.marks([cid for cid in data.answer_claims if cid in data.claims])
+    direct = f"**{short}.**{' ' + marks if marks else ''}" if short else ""
     if syn is not None:
         answer = " ".join(part for part in (direct, md_inline(syn.answer)) if part)
         return ["## Answer", "", answer or "_No answer was written._", "",
@@ -243,6 +244,9 @@ def _stats_table(data: ReportData) -> list[str]:
 def render_json(data: ReportData) -> dict[str, Any]:
     """Everything: the report text with its citations, plan, claims, votes, sources, stats."""
     cites = Citations(data)
+    # In the markdown's order: the direct answer's citations are numbered first.
+    answer_ids = [cid for cid in data.answer_claims if cid in data.claims]
+    answer_numbers = cites.marks(answer_ids)[1] if data.short_answer else []
     findings = []
     if data.synthesis is not None and data.synthesis.findings:
         for theme, statements in data.synthesis.findings:
@@ -261,6 +265,8 @@ def render_json(data: ReportData) -> dict[str, Any]:
         "question": data.question, "status": RunStatus(data.status).value, "date": data.date, "model": data.model,
         "profile": data.profile, "run_id": data.run_id, "error": data.error or None,
         "short_answer": data.short_answer,
+        "answer_claims": answer_ids if data.short_answer else [],
+        "answer_citations": answer_numbers,
         "answer": data.synthesis.answer if data.synthesis else "",
         "executive_summary": data.synthesis.executive_summary if data.synthesis else "",
         "findings": findings,

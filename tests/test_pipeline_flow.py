@@ -402,7 +402,7 @@ def test_written_text_must_rest_on_the_verified_claims(flow_settings, tmp_path):
     md = result.markdown_path.read_text()
     assert "Dustin" not in md and "2018-04-23" not in md
     # The prose answer is gone; the direct answer drawn from the claims stays.
-    assert md.split("## Answer")[1].split("##")[0].strip() == "**Lisbon.**"
+    assert md.split("## Answer")[1].split("##")[0].strip() == "**Lisbon.** [1][2]"
 
 
 def test_synthesis_failure_lists_verified_claims(flow_settings, tmp_path):
@@ -674,6 +674,46 @@ def test_the_answer_opens_with_the_direct_answer(flow_settings, tmp_path):
     assert seen[0][0] == prompts.short_answer("x", "y", "z")[0] | {"content": seen[0][0]["content"]}
     assert seen[0][0]["content"].startswith("Answer with the shortest phrase")
     assert '"Jane Roe was born in 1870 in Lisbon' in seen[0][1]["content"]
+
+
+def test_the_direct_answer_cites_each_hop_that_led_to_it(flow_settings, tmp_path):
+    """"Lisbon" rests on the founder's birthplace, and that on who founded Alpha Corp: the
+    direct answer cites both sources, numbered first, in the markdown and the JSON alike."""
+    engine = FakeEngine(script(answer=lambda m, s: ShortAnswer(answer="Lisbon")))
+    result = run_fake(flow_settings, tmp_path, engine)
+    report = result.report
+    nodes = {n["id"]: n for n in report["plan"]["nodes"]}
+    assert nodes["q1"]["answer"] == "Jane Roe"
+    cited = {s["n"]: s["url"] for s in report["sources"]}
+    assert report["answer_citations"] == [1, 2]
+    assert {cited[1], cited[2]} == {"http://a.test/one", "http://b.test/two"}
+    claims = {c["id"]: c for c in report["claims"]}
+    assert all(claims[cid]["verdict"]["confirmed"] for cid in report["answer_claims"])
+    answer_section = result.markdown_path.read_text().split("## Answer")[1].split("##")[0].strip()
+    assert answer_section.startswith("**Lisbon.** [1][2]")
+
+
+def test_answer_support_takes_the_claims_that_carry_each_step():
+    from appliance.contracts import Importance, MergedClaim, NodeState, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import answer_support
+
+    def claim(cid, text, node):
+        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)],
+                           members=[cid], node_ids=[node])
+
+    confirmed = [claim("m1", "Springfield has a harbour.", "q1"),
+                 claim("m2", "Alpha Corp was founded by Jane Roe.", "q1"),
+                 claim("m3", "Jane Roe was born in Lisbon.", "q2"),
+                 claim("m4", "Bravo Ltd is a film studio.", "q3")]
+    nodes = [NodeState(id="q1", question="Who founded Alpha Corp?", answer="Jane Roe"),
+             NodeState(id="q2", question="Where was #1 born?", answer="Lisbon"),
+             NodeState(id="q3", question="Is Bravo Ltd a studio?", answer="yes"),
+             NodeState(id="q4", question="Unanswered?")]
+    # Jane Roe: m2 and m3 carry it (m1 does not); Lisbon: m3; yes: q3's own claim; then the answer.
+    assert answer_support(confirmed, nodes, "Lisbon") == ["m2", "m3", "m4"]
+    assert answer_support(confirmed, nodes[3:], "Lisbon") == ["m3"]
+    assert answer_support(confirmed, nodes[3:], "yes") == []
 
 
 @pytest.mark.parametrize("given", ["unknown", "Marie Curie", "Frank Herbert"])

@@ -171,6 +171,19 @@ def _answer_word_found(word: str, basis: set[str]) -> bool:
     return False
 
 
+def answer_rests_on(answer: str, text: str) -> bool:
+    """Whether a short answer's content words (at least half, word forms forgiven) are in
+    ``text``; yes, no and empty answers rest on no text in particular."""
+    low = " ".join(str(answer).split()).lower()
+    if not low or _YES_NO.match(low):
+        return False
+    words = {w for w in _WORD.findall(low) if w not in _STOP and (len(w) >= 2 or w.isdigit())}
+    if not words:
+        return False
+    basis = set(_WORD.findall(text.lower()))
+    return sum(1 for w in words if _answer_word_found(w, basis)) >= 0.5 * len(words)
+
+
 def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str:
     """``answer`` (white space folded, trailing period dropped) when it is an answer that rests
     on ``evidence``; "" when it says there is none, or names things the evidence does not.
@@ -188,9 +201,4 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     if _YES_NO.match(low):
         # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
         return text if not question or is_yes_no(question) else ""
-    words = {w for w in _WORD.findall(low) if w not in _STOP and (len(w) >= 2 or w.isdigit())}
-    if not words:
-        return ""
-    basis = set(_WORD.findall(evidence.lower()))
-    found = sum(1 for w in words if _answer_word_found(w, basis))
-    return text if found >= 0.5 * len(words) else ""
+    return text if answer_rests_on(text, evidence) else ""

@@ -9,9 +9,9 @@ mostly absent from its claims (and the question) is dropped and counted.
 
 from __future__ import annotations
 
-from ..contracts import CitedStatement, MergedClaim, ReportDraft, ShortAnswer, Synthesis
+from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
-from .quotes import grounded, short_answer_or_empty
+from .quotes import answer_rests_on, grounded, short_answer_or_empty
 from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
@@ -52,6 +52,36 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim]) -> str:
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
+
+
+# Claims the direct answer cites per step of its chain (each answered sub-question, then the
+# answer itself): the best-ranked ones that carry that step's answer.
+ANSWER_CITES_PER_STEP = 2
+
+
+def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str) -> list[str]:
+    """The confirmed claims the direct answer rests on, best-ranked first: for each answered
+    sub-question, its claims whose text or quotes carry its answer (any of its claims when the
+    answer is yes or no), then the claims that carry the final answer. A multi-hop answer so
+    cites each hop that led to it, not only the last."""
+    def carrying(pool: list[MergedClaim], step_answer: str) -> list[MergedClaim]:
+        return [c for c in pool
+                if answer_rests_on(step_answer, " ".join([c.text] + [q.quote for q in c.quotes]))]
+
+    chosen: list[str] = []
+
+    def take(claims: list[MergedClaim]) -> None:
+        fresh = [c.id for c in claims if c.id not in chosen]
+        chosen.extend(fresh[:ANSWER_CITES_PER_STEP])
+
+    for node in nodes:
+        if not node.answer:
+            continue
+        own = [c for c in confirmed if node.id in c.node_ids]
+        yes_no = node.answer.strip().lower().rstrip(".") in ("yes", "no")
+        take(own if yes_no else carrying(own, node.answer))
+    take(carrying(confirmed, answer))
+    return chosen
 
 
 def synthesize(run: RunContext, confirmed: list[MergedClaim], direct_answer: str = "") -> Synthesis:

@@ -41,7 +41,7 @@ def _data_block(label: str, text: str) -> str:
 
 # Words of the worked examples below; model text that carries them when its input did not is an
 # echo of the example, not an answer (small models copy examples), and is dropped.
-EXAMPLE_MARKERS = ("frank herbert", "dune", "tacoma", "isaac asimov", "hugo award", "walkman")
+EXAMPLE_MARKERS = ("frank herbert", "dune", "tacoma", "isaac asimov", "hugo award")
 
 
 def echoes_example(text: str, *inputs: str) -> bool:
@@ -58,20 +58,13 @@ def echoes_example(text: str, *inputs: str) -> bool:
 def plan(ctx: Context, min_nodes: int, max_nodes: int) -> Messages:
     system = (
         f"Today is {ctx.today}. You break a research question into {min_nodes} to {max_nodes} "
-        "simpler sub-questions, in the order they must be answered. Each asks for one fact a "
-        "document search can find, as a complete question that keeps the names and titles of "
-        "the question as they are written. A sub-question that needs an earlier answer writes "
-        "it as #1, #2 (the number of that sub-question) and lists that id in depends_on. The "
-        "last sub-question asks for what the question asks. effort is 1 for a simple question, "
-        "up to 5 for a complex one.\n"
-        # Two examples of different shapes: with one, a small model copies its wording.
+        "simpler sub-questions, each asking for one fact a document search can find, in the "
+        "order they must be answered. A sub-question that needs an earlier answer writes it as "
+        "#1, #2 (the number of that sub-question) and lists that id in depends_on. effort is 1 "
+        "for a simple question, up to 5 for a complex one.\n"
         "Example question: Where was the author of Dune born?\n"
-        'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Who is the author of '
-        'Dune?", "depends_on": []}, {"id": "q2", "question": "Where was #1 born?", "depends_on": ["q1"]}]}\n'
-        "Example question: In what year was the company that makes the Walkman founded?\n"
-        'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Which company makes the '
-        'Walkman?", "depends_on": []}, {"id": "q2", "question": "In what year was #1 founded?", '
-        '"depends_on": ["q1"]}]}'
+        'Example answer: {"effort": 1, "nodes": [{"id": "q1", "question": "Who wrote Dune?", '
+        '"depends_on": []}, {"id": "q2", "question": "Where was #1 born?", "depends_on": ["q1"]}]}'
     )
     return _msgs(system, f"Question: {ctx.question}")
 

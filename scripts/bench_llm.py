@@ -41,7 +41,7 @@ from appliance import contracts  # noqa: E402
 from appliance.config import load_settings  # noqa: E402
 from appliance.llm import CallRecord, Engine, load_manifest, schema_json  # noqa: E402
 from appliance.llm.engine import context_size  # noqa: E402
-from appliance.llm.native import LlamaBackend  # noqa: E402
+from appliance.llm.native import LlamaBackend, PrefixBank  # noqa: E402
 from old_gbnf import gbnf_for  # noqa: E402
 
 # The vote as the pipeline is moving to it: the reason first, then the verdict.
@@ -129,8 +129,10 @@ def cases() -> list[Case]:
 
 
 def reset(engine: Engine) -> None:
-    """Forget llama.cpp's KV cache: every measured call evaluates its whole prompt."""
+    """Forget llama.cpp's KV cache and the engine's saved instruction heads: every measured
+    call evaluates its whole prompt, as the raw and old paths do."""
     engine.backend.llama.reset()
+    engine.backend.prefixes = PrefixBank(engine.backend.prefixes.capacity)
 
 
 def eog_bias(llama) -> dict[int, float]:

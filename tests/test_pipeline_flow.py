@@ -693,35 +693,6 @@ def test_the_direct_answer_cites_each_hop_that_led_to_it(flow_settings, tmp_path
     assert answer_section.startswith("**Lisbon.** [1][2]")
 
 
-def test_the_answer_reads_the_verified_steps_of_the_chain(flow_settings, tmp_path):
-    """The direct-answer call sees, after the claims, each sub-question whose answer a
-    confirmed claim carries, with that answer, in plan order."""
-    seen = []
-
-    def answer(messages, seed):
-        seen.append(messages[-1]["content"])
-        return ShortAnswer(answer="Lisbon")
-
-    run_fake(flow_settings, tmp_path, FakeEngine(script(answer=answer)))
-    steps = seen[0].split("Answers found, step by step:")[1]
-    assert "- Who founded Alpha Corp? Jane Roe" in steps
-    assert steps.index("Jane Roe") < steps.index("Question:")
-
-
-def test_a_step_no_confirmed_claim_carries_is_left_out_of_the_chain():
-    from appliance.contracts import Importance, MergedClaim, NodeState, QuoteRef, SourceQuality
-    from appliance.pipeline.synthesize import verified_steps
-
-    claim = MergedClaim(id="m1", text="Alpha Corp was founded by Jane Roe.", importance=Importance.central,
-                        source_quality=SourceQuality.primary, members=["m1"], node_ids=["q1"],
-                        quotes=[QuoteRef(source_url="http://a.test", quote="Alpha Corp was founded by Jane Roe.")])
-    nodes = [NodeState(id="q1", question="Who founded Alpha Corp?", answer="Jane Roe"),
-             NodeState(id="q2", question="Where was #1 born?", resolved="Where was Jane Roe born?", answer="Porto"),
-             NodeState(id="q3", question="Is it old?", answer="yes")]
-    assert verified_steps([claim], nodes) == "Answers found, step by step:\n- Who founded Alpha Corp? Jane Roe"
-    assert verified_steps([], nodes) == ""
-
-
 def test_answer_support_takes_the_claims_that_carry_each_step():
     from appliance.contracts import Importance, MergedClaim, NodeState, QuoteRef, SourceQuality
     from appliance.pipeline.synthesize import answer_support

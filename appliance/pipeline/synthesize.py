@@ -39,28 +39,11 @@ def evidence_listing(claims: list[MergedClaim]) -> str:
     return "\n".join(lines)
 
 
-def verified_steps(confirmed: list[MergedClaim], nodes: list[NodeState]) -> str:
-    """The sub-questions whose answers verified claims carry, each with that answer, in plan
-    order: the chain a multi-hop answer follows ("" when there is none). A step whose answer
-    no confirmed claim carries (its claim was refuted, or never verified) is left out."""
-    lines = []
-    for node in nodes:
-        if not node.answer or node.answer.strip().lower().rstrip(".") in ("yes", "no"):
-            continue
-        own = [c for c in confirmed if node.id in c.node_ids]
-        if any(answer_rests_on(node.answer, " ".join([c.text] + [q.quote for q in c.quotes])) for c in own):
-            lines.append(f"- {node.asked} {node.answer}")
-    return "Answers found, step by step:\n" + "\n".join(lines) if lines else ""
-
-
-def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[NodeState] | None = None) -> str:
+def short_answer(run: RunContext, confirmed: list[MergedClaim]) -> str:
     """The direct answer (yes/no, a name, date or number) drawn from the verified claims and
-    their quotes by the same short-answer prompt the one-call baselines use, with the chain of
-    verified sub-answers after them (a multi-hop question asks for the last step, not the
-    first); "" when the model gives none or one that does not rest on the claims (counted as
-    dropped text)."""
-    steps = verified_steps(confirmed, nodes or [])
-    evidence = evidence_listing(confirmed) + ("\n\n" + steps if steps else "")
+    their quotes by the same short-answer prompt the one-call baselines use; "" when the model
+    gives none or one that does not rest on the claims (counted as dropped text)."""
+    evidence = evidence_listing(confirmed)
     messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today)
     out = ask(run, run.models.writer, messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose="answer")
     if out is None:

@@ -163,10 +163,12 @@ def _flow_run(tmp_path: Path, engine, settings=None, models: Models | None = Non
 
     pages = {"http://a.test/one": "Alpha Corp was founded in 1901 by Jane Roe in Springfield. It makes pumps.",
              "http://b.test/two": "Jane Roe was born in 1870 in Lisbon and studied engineering at Porto."}
-    # Two queries per node, so that every node asks the model for its search queries.
+    # Two queries per node, so that every node asks the model for its search queries. No
+    # relevance check: every page answers every query here, and what is counted is each step's
+    # failure, not which claims bear on which node (tests/test_pipeline_flow.py tests that).
     settings = settings or load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
                                          overrides={"pipeline.gap_questions": 1, "pipeline.min_queries": 2,
-                                                    "pipeline.max_queries": 2})
+                                                    "pipeline.max_queries": 2, "pipeline.relevance_threshold": 0.0})
     hits = [Hit(url=u, title=u, rank=i + 1) for i, u in enumerate(pages)]
     return research("Where was the founder of Alpha Corp born?", settings,
                     models=models or scripted_models(engine), backend=FakeBackend(hits),

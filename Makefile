@@ -38,6 +38,7 @@ models: deps
 	$(PY) scripts/fetch_models.py
 
 demo-corpus: venv
+	@test -f $(BENCH)/corpus.jsonl || { echo "error: no demo corpus at $(BENCH)/corpus.jsonl: put the bench folder there or name it with make install BENCH=DIR" >&2; exit 2; }
 	$(BIN)/appliance corpus add $(BENCH)/corpus.jsonl --name default
 
 test: ## the type check, then the whole test suite (real model, real LanceDB, real SearXNG on loopback)

@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -308,13 +307,9 @@ class Service:
     url: str
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        from sources_harness import stop_process_group
+
+        stop_process_group(self.process, grace=20)
 
 
 def wait_http(url: str, service: subprocess.Popen, timeout: float, log: Path) -> None:

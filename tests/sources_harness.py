@@ -515,15 +515,21 @@ class SearxngProcess:
             return ""
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        # Its own session: the signal reaches SearXNG and any worker it started, nothing else.
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            # Its own session: the signal reaches SearXNG and any worker it started, nothing else.
+            stop_process_group(self.process, grace=10)
+
+
+def stop_process_group(process: subprocess.Popen, grace: float) -> None:
+    """SIGTERM to the process's own session, SIGKILL after ``grace`` seconds; nothing if it ended."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
 
 def start_searxng(folder: Path, site_url: str, json_enabled: bool = True) -> SearxngProcess:

@@ -259,3 +259,34 @@ def test_a_saved_instruction_head_is_restored_and_changes_nothing(tmp_path):
     with ModelPool(llm_settings(tmp_path / "b"), cache=False) as pool:
         fresh = pool.for_role("verifier").structured(again, contracts.Vote, seed=3, max_tokens=120)
     assert restored == fresh
+
+
+def test_each_prompt_token_is_evaluated_once_when_a_head_is_saved(tmp_path):
+    """The first call with a new system message evaluates its head, keeps the head's state and
+    goes on from there: no prompt token is evaluated twice, and the accounting says so."""
+    from appliance.llm import ModelPool
+    from conftest import llm_settings
+
+    system = "You check whether the evidence states a claim. " * 6
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": f"Evidence: {PASSAGE}\nClaim: Lake Orta drains north."}]
+    records: list[CallRecord] = []
+    with ModelPool(llm_settings(tmp_path), cache=False) as pool:
+        engine = pool.for_role("verifier")
+        engine.add_listener(records.append)
+        backend = engine.backend
+        prompt_chunks: list[int] = []
+        evaluate = backend._eval
+
+        def counting(tokens, what):
+            if what.startswith("evaluate a prompt"):
+                prompt_chunks.append(len(tokens))
+            evaluate(tokens, what)
+
+        backend._eval = counting
+        engine.structured(messages, contracts.Vote, seed=3, max_tokens=60)
+    assert len(backend.prefixes) == 1                      # the head was saved on the way
+    rec = records[0]
+    assert sum(prompt_chunks) == rec.prompt_evaluated
+    # each attempt submits the whole prompt; the first evaluates it once, a retry only its tail
+    assert rec.prompt_evaluated == rec.prompt_tokens // rec.attempts + 2 * (rec.attempts - 1)

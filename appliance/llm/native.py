@@ -319,7 +319,7 @@ class LlamaBackend:
 
     def evaluate_prompt(self, tokens: list[int]) -> int:
         """Evaluate the prompt, reusing the prefix llama.cpp still holds; returns the number of
-        tokens reused. Afterwards the prompt is exactly what llama.cpp holds, so generation
+        tokens evaluated (each evaluated once). Afterwards the prompt is exactly what llama.cpp holds, so generation
         samples at once from the logits checked here.
 
         Why by hand: llama.cpp's logits for a one-token batch differ slightly from those of
@@ -336,17 +336,20 @@ class LlamaBackend:
         if saved is not None and len(saved.tokens) > lcp and self._restore(saved):
             lcp = len(saved.tokens)
         head = self._last_head if tuple(tokens[:len(self._last_head)]) == self._last_head else ()
+        evaluated = 0
         if head and lcp < len(head) <= len(tokens) - 2 * _TAIL and self.prefixes.get(head) is None:
-            # Evaluate up to the end of the fixed head, keep its state, then go on: the next
-            # call with the same instructions starts from there whatever ran in between.
-            lcp = self._evaluate(tokens[:len(head)], lcp, what)
+            # Evaluate up to the end of the fixed head, keep its state, then go on from there:
+            # the next call with the same instructions starts from it whatever ran in between.
+            evaluated = self._evaluate(tokens[:len(head)], lcp, what)
             self._save(head)
-        keep = self._evaluate(tokens, lcp, what)
+            lcp = len(head)
+        evaluated += self._evaluate(tokens, lcp, what)
         self._check_logits()
-        return keep
+        return evaluated
 
     def _evaluate(self, tokens: list[int], lcp: int, what: str) -> int:
-        """Evaluate ``tokens`` whose first ``lcp`` are in the KV cache (see ``prefill_plan``)."""
+        """Evaluate ``tokens`` whose first ``lcp`` are in the KV cache (see ``prefill_plan``);
+        returns the number of tokens evaluated."""
         plan = prefill_plan(len(tokens), lcp, int(self.llama.n_batch))
         self.llama.n_tokens = plan.keep  # eval() drops the KV cache beyond this prefix
         self._reusable = plan.keep
@@ -355,7 +358,7 @@ class LlamaBackend:
             self._eval(tokens[pos:pos + size], what)
             pos += size
         self._reusable = len(tokens)
-        return plan.keep
+        return len(tokens) - plan.keep
 
     def _save(self, head: tuple[int, ...]) -> None:
         """Keep the KV state of exactly ``head`` (what llama.cpp holds now) in the bank."""
@@ -436,7 +439,7 @@ class LlamaBackend:
 
         start = time.perf_counter()
         matcher = self.matcher(gbnf, schema_name)
-        reused = self.evaluate_prompt(tokens)
+        evaluated = self.evaluate_prompt(tokens)
         prefill = time.perf_counter() - start
         tokenizer = self.tokenizer
         gen = generate(_Evaluator(self), matcher, Sampler(seed=seed, temperature=temperature, top_p=top_p),
@@ -444,7 +447,7 @@ class LlamaBackend:
                        n_vocab=tokenizer.vocab_size, no_repeat_ngram=no_repeat_ngram)
         text = self.llama.detokenize(gen.tokens).decode("utf-8", errors="replace")
         return Completion(text=text, finish_reason=gen.finish_reason, prompt_tokens=len(tokens),
-                          prompt_evaluated=len(tokens) - reused, generated_tokens=len(gen.tokens),
+                          prompt_evaluated=evaluated, generated_tokens=len(gen.tokens),
                           seconds=time.perf_counter() - start, sampled_tokens=gen.sampled,
                           forced_tokens=gen.forced, mask_seconds=gen.mask_seconds,
                           decode_seconds=prefill + gen.decode_seconds,

@@ -723,6 +723,22 @@ def test_a_direct_answer_not_resting_on_the_claims_is_dropped(given, flow_settin
     assert "**" not in result.markdown_path.read_text().split("## Answer")[1].split("##")[0]
 
 
+@pytest.mark.parametrize("answer, kept", [
+    ("The first president of the association which published the Journal", ""),
+    ("the association's first president", ""),
+    ("the Seine", "the Seine"),                       # a choice the question offers
+    ("G. Stanley Hall", "G. Stanley Hall"),
+    ("Hall, first president of the association", "Hall, first president of the association"),
+])
+def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
+    from appliance.pipeline.quotes import short_answer_or_empty
+
+    question = "Who was the first president of the association which published the Journal, the Seine's?"
+    evidence = ("G. Stanley Hall was the first president of the association which published the Journal. "
+                "The Seine flows through Paris.")
+    assert short_answer_or_empty(answer, evidence, question) == kept
+
+
 def test_yes_does_not_answer_a_where_question(flow_settings, tmp_path):
     result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=lambda m, s: ShortAnswer(answer="Yes"))))
     assert result.report["short_answer"] == ""

@@ -201,4 +201,22 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     if _YES_NO.match(low):
         # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
         return text if not question or is_yes_no(question) else ""
+    if restates(text, question):
+        return ""
     return text if answer_rests_on(text, evidence) else ""
+
+
+# An answer of at least this many content words, nearly all of them the question's own, is
+# the question said again ("The first president of the association which published ...").
+_RESTATED_WORDS = 3
+_RESTATED_SHARE = 0.8
+
+
+def restates(answer: str, question: str) -> bool:
+    """Whether ``answer`` only says the question again. A short answer made of the question's
+    words is fine ("Is the Seine or the Thames longer?" answered "the Seine")."""
+    words = content_words(answer)
+    if len(words) < _RESTATED_WORDS or not question:
+        return False
+    asked = content_words(question)
+    return sum(1 for w in words if _answer_word_found(w, asked)) >= _RESTATED_SHARE * len(words)

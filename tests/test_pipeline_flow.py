@@ -714,6 +714,9 @@ def test_answer_support_takes_the_claims_that_carry_each_step():
     assert answer_support(confirmed, nodes, "Lisbon") == ["m2", "m3", "m4"]
     assert answer_support(confirmed, nodes[3:], "Lisbon") == ["m3"]
     assert answer_support(confirmed, nodes[3:], "yes") == []
+    # An answer read in the text around a quote is carried by that quote's claim.
+    assert answer_support(confirmed, nodes[3:], "Porto") == []
+    assert answer_support(confirmed, nodes[3:], "Porto", {"m4": "Bravo Ltd moved to Porto."}) == ["m4"]
 
 
 @pytest.mark.parametrize("given", ["unknown", "Marie Curie", "Frank Herbert"])
@@ -816,3 +819,23 @@ def test_claims_live_in_one_persistent_table_with_their_verdicts(flow_settings, 
                      out_dir=tmp_path / "reports")
     rows = db.open_table("claims").to_arrow().to_pylist()
     assert {r["run_id"] for r in rows} == {first.report["run_id"], other.report["run_id"]}
+
+
+def test_the_direct_answer_reads_the_text_around_each_quote():
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import context_listing, quote_context
+
+    text = ("Novair was a British airline. It was part of the Rederi AB Nordstjernan group. "
+            "The group sold it in 1990. " + "Filler words here. " * 40 + "It was dissolved in 1995.")
+    quote = "It was part of the Rederi AB Nordstjernan group."
+    window = quote_context(text, quote, chars=40)
+    assert quote in window and window.startswith("Novair") and window.endswith("1990.")
+    assert quote_context(text, "not in the text") == ""
+    assert quote_context(text, quote, chars=0) == quote
+    claims = [MergedClaim(id=f"m{i}", text="x", importance=Importance.central, source_quality=SourceQuality.primary,
+                          quotes=[QuoteRef(source_url="http://a.test", quote=q)], members=[f"m{i}"], node_ids=["q1"])
+              for i, q in enumerate([quote, quote, "It was dissolved in 1995.", "The group sold it in 1990."])]
+    listing = context_listing(claims, {"http://a.test": text}, {"http://a.test": "Novair"}, total=600)
+    lines = listing.splitlines()
+    assert len(lines) == 2 and all(line.startswith("- Novair: ") for line in lines)  # one per window, within the total
+    assert "dissolved in 1995" in lines[1]

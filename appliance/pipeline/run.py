@@ -24,7 +24,7 @@ from .gaps import gap_nodes
 from .gather import gather
 from .plan import check_plan, make_plan, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
-from .synthesize import answer_support, short_answer, synthesize
+from .synthesize import answer_support, claim_contexts, short_answer, synthesize
 from .verify import verify_claims
 
 @dataclass
@@ -146,7 +146,8 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
     with _phase(run, "answer"):
         data.short_answer = short_answer(run, confirmed)
         if data.short_answer:
-            data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer)
+            data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
+                                                claim_contexts(run, confirmed))
     with _phase(run, "synthesize"):
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)

@@ -9,6 +9,8 @@ mostly absent from its claims (and the question) is dropped and counted.
 
 from __future__ import annotations
 
+import re
+
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
 from .quotes import answer_rests_on, grounded, short_answer_or_empty
@@ -39,11 +41,73 @@ def evidence_listing(claims: list[MergedClaim]) -> str:
     return "\n".join(lines)
 
 
+# The text around each quoted sentence that the direct answer reads: a verified sentence
+# often needs its neighbours ("It was dissolved in 1995." after the sentence naming "it").
+CONTEXT_CHARS = 240
+CONTEXT_TOTAL = 2400
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]?\s+")
+
+
+def quote_context(text: str, quote: str, chars: int = CONTEXT_CHARS) -> str:
+    """The quote with up to ``chars`` characters of its source on each side, cut where a
+    sentence ends (else at a space); "" when the quote is not in ``text`` as written."""
+    at = text.find(quote)
+    if at < 0:
+        return ""
+    stop = at + len(quote)
+    start, end = max(0, at - chars), min(len(text), stop + chars)
+    if start > 0:
+        cuts = [m.end() for m in _SENTENCE_END.finditer(text, start, at)]
+        space = text.find(" ", start, at)
+        start = cuts[0] if cuts else (space + 1 if space >= 0 else at)
+    if end < len(text):
+        cuts = [m.start() + 1 for m in _SENTENCE_END.finditer(text, stop, end)]
+        space = text.rfind(" ", stop, end)
+        end = cuts[-1] if cuts else (space if space >= 0 else stop)
+    return " ".join(text[start:end].split())
+
+
+def context_listing(claims: list[MergedClaim], texts: dict[str, str], title: dict[str, str],
+                    total: int = CONTEXT_TOTAL) -> str:
+    """The passages around the verified claims' quotes, best-ranked claims first, one per
+    quote, at most ``total`` characters in all."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    used = 0
+    for claim in claims:
+        for ref in claim.quotes[:MAX_ANSWER_QUOTES]:
+            window = quote_context(texts.get(ref.source_url, ""), ref.quote)
+            if not window or window in seen or used + len(window) > total:
+                continue
+            seen.add(window)
+            used += len(window)
+            lines.append(f"- {title.get(ref.source_url) or 'untitled'}: {window}")
+    return "\n".join(lines)
+
+
+def _source_texts(run: RunContext) -> tuple[dict[str, str], dict[str, str]]:
+    with run.sources_lock:
+        texts = {url: s.text for url, s in run.sources.items() if s.ok}
+        titles = {url: s.title for url, s in run.sources.items()}
+    return texts, titles
+
+
+def claim_contexts(run: RunContext, claims: list[MergedClaim]) -> dict[str, str]:
+    """Per claim id, the text around its quotes in their sources (see ``quote_context``)."""
+    texts, _ = _source_texts(run)
+    return {c.id: " ".join(quote_context(texts.get(q.source_url, ""), q.quote)
+                           for q in c.quotes[:MAX_ANSWER_QUOTES]) for c in claims}
+
+
 def short_answer(run: RunContext, confirmed: list[MergedClaim]) -> str:
-    """The direct answer (yes/no, a name, date or number) drawn from the verified claims and
-    their quotes by the same short-answer prompt the one-call baselines use; "" when the model
-    gives none or one that does not rest on the claims (counted as dropped text)."""
+    """The direct answer (yes/no, a name, date or number) drawn from the verified claims, their
+    quotes and the text around the quotes, by the same short-answer prompt the one-call
+    baselines use; "" when the model gives none or one that does not rest on that evidence
+    (counted as dropped text)."""
     evidence = evidence_listing(confirmed)
+    context = context_listing(confirmed, *_source_texts(run))
+    if context:
+        evidence += "\n\nAround the quotes, in their sources:\n" + context
     messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today)
     out = ask(run, run.models.writer, messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose="answer")
     if out is None:
@@ -59,14 +123,20 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim]) -> str:
 ANSWER_CITES_PER_STEP = 2
 
 
-def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str) -> list[str]:
+def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str,
+                   around: dict[str, str] | None = None) -> list[str]:
     """The confirmed claims the direct answer rests on, best-ranked first: for each answered
     sub-question, its claims whose text or quotes carry its answer (any of its claims when the
     answer is yes or no), then the claims that carry the final answer. A multi-hop answer so
-    cites each hop that led to it, not only the last."""
+    cites each hop that led to it, not only the last. ``around`` (claim id to the text around
+    its quotes, which the answer also read) counts as the claim's text when no claim's own
+    words carry a step's answer."""
+    around = around or {}
+
     def carrying(pool: list[MergedClaim], step_answer: str) -> list[MergedClaim]:
-        return [c for c in pool
-                if answer_rests_on(step_answer, " ".join([c.text] + [q.quote for q in c.quotes]))]
+        own = [c for c in pool
+               if answer_rests_on(step_answer, " ".join([c.text] + [q.quote for q in c.quotes]))]
+        return own or [c for c in pool if answer_rests_on(step_answer, around.get(c.id, ""))]
 
     chosen: list[str] = []
 

@@ -742,6 +742,31 @@ def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
     assert short_answer_or_empty(answer, evidence, question) == kept
 
 
+@pytest.mark.parametrize("question, form", [
+    ("When did the country containing Nugegoda leave the British Empire?", "date"),
+    ("What year did the company Novair is part of dissolve?", "date"),
+    ("In which century was the abbey built?", "date"),
+    ("Who was president when the area became a state?", "phrase"),
+    ("How many people live in the city where the band formed?", "number"),
+    ("In the country of Jiménez, what percentage of edits come from Spain?", "number"),
+    ("Did the author of Brand live in Rome?", "yes_no"),
+    ("Which county borders Avery County?", "phrase"),
+])
+def test_the_asked_form_decides_the_prompt_and_what_answers(question, form):
+    from appliance.pipeline import prompts
+    from appliance.pipeline.quotes import short_answer_or_empty
+
+    assert prompts.asked_form(question) == form
+    system = prompts.short_answer(question, "evidence", "2026-01-01")[0]["content"]
+    assert ("date or year" in system) is (form == "date") and ("the number" in system) is (form == "number")
+    evidence = "Hong Kong was taken in 1842 and 5.1 percent of it in March; Sonora lies south."
+    place = short_answer_or_empty("Hong Kong", evidence, question)
+    assert (place == "") is (form != "phrase")     # a place does not answer When, How many or Did
+    assert short_answer_or_empty("1842", evidence, question) == ("1842" if form != "yes_no" else "")
+    if form == "date":
+        assert short_answer_or_empty("March", evidence, question) == "March"
+
+
 def test_yes_does_not_answer_a_where_question(flow_settings, tmp_path):
     result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=lambda m, s: ShortAnswer(answer="Yes"))))
     assert result.report["short_answer"] == ""

@@ -7,6 +7,8 @@ sources is fenced and labelled as data: instructions found inside it are not to 
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 # Output budgets in tokens, per call kind.
@@ -200,6 +202,34 @@ def is_yes_no(question: str) -> bool:
     return bool(words) and words[0] in _YES_NO_OPENERS and " or " not in f" {question.lower()} "
 
 
+_DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b", re.IGNORECASE)
+_NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large|deep|wide)\b|"
+                           r"\bwhat (percentage|percent|proportion|number|amount)\b", re.IGNORECASE)
+
+
+def asked_form(question: str) -> str:
+    """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
+    ...?"), "number" ("How many ...?", "What percentage ...?") or "phrase" (a name, place or
+    other short phrase). "Who was president when ...?" asks for a name: only a leading "when"
+    asks for a date."""
+    if is_yes_no(question):
+        return "yes_no"
+    if _DATE_ASKED.search(question):
+        return "date"
+    if _NUMBER_ASKED.search(question):
+        return "number"
+    return "phrase"
+
+
+_FORMS = {
+    "yes_no": "Answer the question with yes or no only.",
+    "date": "Answer with the date or year the question asks for, nothing else. No sentence.",
+    "number": "Answer with the number the question asks for (with its unit), nothing else. No sentence.",
+    "phrase": ("Answer with the shortest phrase that answers the question: the name, place, date "
+               "or number asked for. No sentence."),
+}
+
+
 def short_answer(question: str, passages: str | None, today: str) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and
@@ -207,11 +237,7 @@ def short_answer(question: str, passages: str | None, today: str) -> Messages:
 
     The form asked for is decided here, not left to the model: told "yes or no for a yes/no
     question", a small model answers "yes" to "Who was ...?"."""
-    if is_yes_no(question):
-        form = "Answer the question with yes or no only."
-    else:
-        form = ("Answer with the shortest phrase that answers the question: the name, place, date "
-                "or number asked for. No sentence.")
+    form = _FORMS[asked_form(question)]
     if passages is None:
         return _msgs(f"{form} Today is {today}.", f"Question: {question}")
     system = f"{form} Use the evidence only, in its own words. Today is {today}."

@@ -192,7 +192,7 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     answer only a yes/no question; any other short answer needs at least half of its content words in the evidence, word forms
     forgiven.
     """
-    from .prompts import echoes_example, is_yes_no
+    from .prompts import asked_form, echoes_example, is_yes_no
 
     text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
     low = text.lower()
@@ -201,9 +201,31 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     if _YES_NO.match(low):
         # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
         return text if not question or is_yes_no(question) else ""
-    if restates(text, question):
+    if restates(text, question) or not has_asked_form(text, asked_form(question) if question else "phrase"):
         return ""
     return text if answer_rests_on(text, evidence) else ""
+
+
+_MONTHS = ("january february march april may june july august september october november december "
+           "jan feb mar apr jun jul aug sep sept oct nov dec").split()
+_DATE_WORDS = re.compile(r"\d|\b(" + "|".join(_MONTHS) + r"|century|centuries|decade|bc|bce|ad)\b")
+_NUMBER_WORDS = re.compile(r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                           r"twenty|thirty|forty|fifty|hundred|thousand|million|billion|trillion|dozen|"
+                           r"half|none)\b")
+
+
+def has_asked_form(answer: str, form: str) -> bool:
+    """Whether a short answer can be of the kind asked for: a date names a year, day, month or
+    century; a number has digits or a number word; a yes/no question takes yes or no. A place
+    given for "When ...?" is no answer."""
+    low = answer.lower()
+    if form == "yes_no":
+        return bool(_YES_NO.match(low))
+    if form == "date":
+        return bool(_DATE_WORDS.search(low))
+    if form == "number":
+        return bool(_NUMBER_WORDS.search(low))
+    return True
 
 
 # An answer of at least this many content words, nearly all of them the question's own, is

@@ -25,7 +25,8 @@ PACKAGES = [("llama_cpp", "llama-cpp-python"), ("lancedb", "lancedb"), ("trafila
             ("pydantic", "pydantic"), ("click", "click"), ("httpx", "httpx")]
 SELFTEST_TIMEOUT = 300
 REBUILD_HINT = ("rebuild llama-cpp-python for this CPU: `make install` with LLAMA_CMAKE_ARGS "
-                "(the default flags turn off AMX/AVX512 and native tuning; see the README)")
+                "(the default flags turn off AMX and native tuning and take AVX-512 only where "
+                "/proc/cpuinfo reports it; `LLAMA_AVX512=-DGGML_AVX512=OFF` turns it off; see the README)")
 
 
 @dataclass

@@ -203,6 +203,7 @@ STAT_ROWS = [
     ("extraction_failures", "extractions failed"), ("claims_merged", "claims merged as duplicates"),
     ("claims_after_dedup", "distinct claims"),
     ("claims_tangential", "claims not verified (tangential to their sub-question)"),
+    ("claims_off_subject", "claims not verified (about other named things than the research)"),
     ("verified", "claims verified"),
     ("confirmed", "claims confirmed"), ("killed", "claims killed"),
     ("votes_valid", "valid votes"), ("votes_invalid", "failed or abstaining votes"),

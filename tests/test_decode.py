@@ -44,6 +44,37 @@ def test_sampler_greedy_min_p_and_top_p():
     assert {Sampler(s, 1.0, 0.5).sample(logits, allowed) for s in range(50)} == {1}
 
 
+def _reference_sample(sampler: Sampler, logits, allowed) -> int:
+    """The sampling chain written plainly over every allowed token (top-k by a full sort)."""
+    values = logits[allowed].astype(np.float64)
+    if sampler.temperature <= 0:
+        return int(allowed[int(np.argmax(values))])
+    order = np.lexsort((allowed, -values))[:sampler.top_k]
+    chosen = values[order]
+    probs = np.exp(chosen - chosen[0])
+    probs /= probs.sum()
+    keep = min(len(order), int(np.searchsorted(np.cumsum(probs), sampler.top_p) + 1))
+    keep = min(keep, max(1, int(np.count_nonzero(probs >= sampler.min_p * probs[0]))))
+    weights = np.exp((chosen[:keep] - chosen[0]) / sampler.temperature)
+    return int(allowed[order[int(sampler._rng.choice(keep, p=weights / weights.sum()))]])
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), scale=st.sampled_from([0.5, 3.0, 8.0, 30.0]),
+       share=st.sampled_from([0.001, 0.02, 0.5, 1.0]), temperature=st.sampled_from([0.0, 0.3, 1.0]))
+def test_the_fast_sampler_draws_what_the_plain_chain_draws(seed, scale, share, temperature):
+    """The sampler looks for the top-k near the best logit first; on any logits and mask (a
+    peaked row with few near tokens included) it draws exactly what the plain chain draws."""
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal(5000) * scale).astype(np.float32)
+    allowed = np.flatnonzero(rng.random(5000) < share)
+    if not len(allowed):
+        allowed = np.array([int(rng.integers(5000))])
+    fast, plain = Sampler(seed, temperature, 0.95), Sampler(seed, temperature, 0.95)
+    assert [fast.sample(logits, allowed) for _ in range(5)] == \
+        [_reference_sample(plain, logits, allowed) for _ in range(5)]
+
+
 # ---------------------------------------------------------------- repetition stop
 
 

@@ -255,6 +255,27 @@ def test_tangential_claims_are_not_verified(flow_settings, tmp_path):
     assert verified and all(c["importance"] != "tangential" for c in verified)
 
 
+def test_claims_about_other_named_things_are_not_verified(flow_settings, tmp_path):
+    """Rated central by the model but naming only things the research never names (not the
+    question, a sub-question or an answer): not verified, counted."""
+    pages = dict(PAGES, **{"http://d.test/four": "Blokker was born in Amsterdam in 1930. He sold toys."})
+    hits = HITS + [Hit(url="http://d.test/four", title="Jaap Blokker", rank=4)]
+    settings = flow_settings.with_overrides({"pipeline.sources_per_node": 4})
+
+    def extract(messages, seed):
+        if "Blokker was born" in messages[-1]["content"]:
+            return Extraction(source_quality="primary", claims=[
+                {"claim": "Blokker was born in Amsterdam.", "quote": "Blokker was born in Amsterdam in 1930",
+                 "importance": "central"}])
+        return _extract(messages, seed)
+
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract)), hits=hits, pages=pages)
+    texts = {c["text"]: c for c in result.report["claims"]}
+    assert "Blokker was born in Amsterdam." in texts and not texts["Blokker was born in Amsterdam."]["verdict"]
+    assert texts["Jane Roe was born in Lisbon in 1870."]["verdict"]["confirmed"]
+    assert result.report["stats"]["claims_off_subject"] >= 1
+
+
 # ------------------------------------------------------------------ plan repair
 
 def test_cyclic_and_oversize_plan_is_repaired():

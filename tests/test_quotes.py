@@ -102,3 +102,39 @@ def test_a_claim_is_grounded_when_its_words_are_in_its_quote():
     # A lower share for written text that adds words of its own.
     assert grounded("The Norwegian writer Ibsen, famous for dramas, created Brand.", quote, 1 / 3)
     assert not grounded("The Norwegian writer Ibsen, famous for dramas, created Brand.", quote)
+
+
+from appliance.pipeline.quotes import names, off_subject  # noqa: E402
+
+
+def test_names_skip_sentence_openers_months_and_give_acronyms():
+    assert names("Blokker was born in Amsterdam in March 1930.") == {"amsterdam"}
+    assert names("Blokker was born in Amsterdam.", openers=True) == {"blokker", "amsterdam"}
+    assert "us" in names("He moved to the U.S. in 1950.")
+    assert "apa" in names("It is published by the American Psychological Association.")
+    assert names("Providers must register high-risk systems.") == set()
+
+
+BRAND = "What country was the author of Brand a citizen of?\nWho wrote Brand?\nHenrik Ibsen"
+
+
+def test_a_claim_about_other_named_things_is_off_subject():
+    assert off_subject("Blokker was born in Amsterdam.\nBlokker was born in Amsterdam", BRAND)
+    assert off_subject("Anastasia Ashman is an American author.", BRAND)
+
+
+def test_a_claim_naming_the_research_or_naming_nothing_is_on_subject():
+    assert not off_subject("Henrik Ibsen wrote the play Brand.", BRAND)
+    # Word forms are forgiven; a sentence opener counts when it is one of the research's names.
+    assert not off_subject("The playwright was a Norwegian citizen.", BRAND + "\nNorway")
+    assert not off_subject("Midway is in Iowa.", "In which country is Midway?")
+    # Nothing named: never off subject. Research that names nothing: no check.
+    assert not off_subject("It was dissolved in 1995.", BRAND)
+    assert not off_subject("Intermittent fasting lowers insulin in Finland.", "What does fasting do?")
+
+
+def test_text_around_the_quote_can_put_a_claim_on_subject():
+    claim = "The study of adolescence began with G. Stanley Hall's book."
+    chain = "Who was the first president of the American Psychological Association?"
+    assert off_subject(claim, chain)
+    assert not off_subject(claim, chain, around="Hall was the first president of the American Psychological Association.")

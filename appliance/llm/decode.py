@@ -25,6 +25,8 @@ from ..errors import ModelError
 
 TOP_K = 40
 MIN_P = 0.05
+# The sampler's first look for the top-k: tokens whose logit is within this of the best.
+_NEAR = 12.0
 # Repetition stop: inside one JSON string, a stretch of tokens that repeats with a period of
 # at most _MAX_PERIOD tokens for more than _REPEAT_TOKENS tokens (and at least twice its period)
 # is a model stuck in a loop; generation ends there as a truncation.
@@ -56,10 +58,27 @@ class Sampler:
         self._rng = np.random.Generator(np.random.PCG64(self.seed & 0xFFFFFFFFFFFFFFFF))
 
     def sample(self, logits: np.ndarray, allowed: np.ndarray) -> int:
-        """One token among ``allowed`` (token ids, ascending) given the full ``logits`` row."""
-        values = logits[allowed].astype(np.float64)
-        if self.temperature <= 0 or len(allowed) == 1:
-            return int(allowed[int(np.argmax(values))])  # first maximum: ties go to the lower id
+        """One token among ``allowed`` (token ids) given the full ``logits`` row."""
+        mask = np.zeros(len(logits), dtype=bool)
+        mask[allowed] = True
+        return self.sample_masked(logits, mask)
+
+    def sample_masked(self, logits: np.ndarray, mask: np.ndarray) -> int:
+        """One token among those ``mask`` (a boolean row as long as ``logits``) allows.
+
+        Fast on a large vocabulary: the top-k are looked for among the tokens within
+        ``_NEAR`` of the best logit (a few hundred at most, usually), which holds them all
+        whenever there are at least k such tokens; only otherwise is the whole row partitioned.
+        """
+        masked = np.where(mask, logits, np.float32(-np.inf))
+        best = int(np.argmax(masked))  # first maximum: ties go to the lower id
+        if self.temperature <= 0:
+            return best
+        near = np.flatnonzero(masked >= masked[best] - _NEAR)
+        allowed = near if len(near) >= self.top_k > 0 else np.flatnonzero(mask)
+        if len(allowed) == 1:
+            return int(allowed[0])
+        values = masked[allowed].astype(np.float64)
         k = min(self.top_k, len(allowed)) if self.top_k > 0 else len(allowed)
         if k < len(allowed):
             top = np.argpartition(-values, k - 1)[:k]
@@ -187,15 +206,15 @@ def generate(model: Model, matcher, sampler: Sampler, *, max_tokens: int, eos: S
         if matcher.is_error():
             raise _matcher_failure(matcher)
         start = time.perf_counter()
-        allowed = np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:n_vocab])
-        if not len(allowed):
+        allowed = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:n_vocab].view(bool)
+        if not allowed.any():
             break  # nothing may follow: the validator judges what there is
         if no_repeat_ngram:
-            banned = guard.banned(no_repeat_ngram)
-            if banned:
-                fresh = allowed[~np.isin(allowed, list(banned))]
-                allowed = fresh if len(fresh) else allowed
-        token = sampler.sample(model.logits(), allowed)
+            banned = [t for t in guard.banned(no_repeat_ngram) if t < n_vocab and allowed[t]]
+            if banned and int(allowed.sum()) > len(banned):
+                allowed = allowed.copy()
+                allowed[banned] = False
+        token = sampler.sample_masked(model.logits(), allowed)
         gen.sample_seconds += time.perf_counter() - start
         if token in eos_set:
             break  # only allowed where the grammar may end

@@ -242,3 +242,53 @@ def restates(answer: str, question: str) -> bool:
         return False
     asked = content_words(question)
     return sum(1 for w in words if _answer_word_found(w, asked)) >= _RESTATED_SHARE * len(words)
+
+
+
+# A name: a capitalised word (or an acronym such as "U.S.") other than a month or weekday.
+_NAME = re.compile(r"\b[A-Z][\w'’.-]*\w|\b[A-Z]\b")
+_SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+|\n)[\W_]*(\w+)")
+_NOT_NAMES = _STOP | frozenset(_MONTHS) | frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday".split())
+
+
+def names(text: str, openers: bool = False) -> set[str]:
+    """The names in ``text``: capitalised words, lower-cased, dots dropped ("U.S." -> "us"),
+    and the initials of each run of two or more ("American Psychological Association" ->
+    "apa"), so an acronym matches its long form. A sentence's first word is capitalised
+    whatever it is, so it counts only with ``openers``."""
+    first = set() if openers else {m.start(1) for m in _SENTENCE_START.finditer(text)}
+    found: set[str] = set()
+    run: list[str] = []
+    last_end = -1
+    for m in _NAME.finditer(text):
+        word = m.group(0).replace(".", "").lower()
+        if m.start() in first or word in _NOT_NAMES:
+            continue
+        if run and text[last_end:m.start()].strip():
+            if len(run) >= 2:
+                found.add("".join(w[0] for w in run))
+            run = []
+        run.append(word)
+        last_end = m.end()
+        found.add(word)
+    if len(run) >= 2:
+        found.add("".join(w[0] for w in run))
+    return found
+
+
+def _name_found(name: str, basis: set[str]) -> bool:
+    return name in basis or (len(name) >= 4 and any(len(b) >= 4 and b[:4] == name[:4] for b in basis))
+
+
+def off_subject(claim: str, chain: str, around: str = "") -> bool:
+    """Whether a claim is about other named things than the research: the claim (its text and
+    quotes) names something, the research (``chain``: the question, its sub-questions and their
+    answers) names something, and no name of the claim or of the text ``around`` its quotes is
+    among the research's, word forms forgiven ("Norwegian" for "Norway"). "Blokker was born in
+    Amsterdam" is off a question about Ibsen's Brand; a claim that names nothing is never off
+    subject, and one whose quote sits next to a sentence naming the research's subject is on it."""
+    basis = names(chain, openers=True)
+    if not names(claim) or not basis:
+        return False
+    return not any(_name_found(n, basis) for n in names(f"{claim}\n{around}", openers=True))

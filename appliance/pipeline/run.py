@@ -22,6 +22,7 @@ from .parts import ACCOUNTING_FIELDS, Models
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
+from .quotes import off_subject
 from .plan import check_plan, make_plan, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
@@ -127,7 +128,8 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
     try:
         # The one barrier: ranking needs the whole claim pool.
         with _phase(run, "verify"):
-            ranked = relevant_claims(run, rank_claims(list(pool.claims.values())))[: settings.verify_top]
+            ranked = relevant_claims(run, rank_claims(list(pool.claims.values())),
+                                     data.nodes)[: settings.verify_top]
             verdicts = {v.claim_id: v for v in verify_claims(run, ranked)}
         _gap_round(run, data, pool, verdicts, checked.effort)
         data.claims = dict(pool.claims)
@@ -169,16 +171,27 @@ def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dic
         touched = pool.add(claims)
         fresh = [pool.claims[cid] for cid in touched if cid not in verdicts]
         budget = max(3, run.settings.pipeline.verify_top // 2)
-        for verdict in verify_claims(run, relevant_claims(run, rank_claims(fresh))[:budget]):
+        for verdict in verify_claims(run, relevant_claims(run, rank_claims(fresh), data.nodes)[:budget]):
             verdicts[verdict.claim_id] = verdict
 
 
-def relevant_claims(run: RunContext, ranked: list[MergedClaim]) -> list[MergedClaim]:
-    """The claims that bear on their sub-question: tangential ones are neither verified nor
-    written into the answer (each would cost votes and dilute the report); counted."""
+def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[NodeState]) -> list[MergedClaim]:
+    """The claims that bear on the research: tangential ones (by the extraction's own rating)
+    and ones about other named things than the question, its sub-questions and their answers
+    (``quotes.off_subject``) are neither verified nor written into the answer: each would cost
+    votes and dilute the report. Both are counted."""
     kept = [c for c in ranked if c.importance != Importance.tangential]
     run.stats.add(claims_tangential=len(ranked) - len(kept))
-    return kept
+    chain = "\n".join([run.ctx.question] + [f"{n.asked}\n{n.answer}" for n in nodes])
+    around = claim_contexts(run, kept)
+    on_subject = [c for c in kept if not off_subject(claim_text(c), chain, around.get(c.id, ""))]
+    run.stats.add(claims_off_subject=len(kept) - len(on_subject))
+    return on_subject
+
+
+def claim_text(claim: MergedClaim) -> str:
+    """A claim's text and its quotes, one per line."""
+    return "\n".join([claim.text] + [q.quote for q in claim.quotes])
 
 
 def _empty_status(run: RunContext, verdicts: dict[str, Verdict]) -> RunStatus:

@@ -49,6 +49,7 @@ class RunStats:
     claims_merged: int = 0
     claims_after_dedup: int = 0
     claims_tangential: int = 0
+    claims_off_subject: int = 0
     verified: int = 0
     confirmed: int = 0
     killed: int = 0

@@ -767,7 +767,9 @@ def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
     ("When did the country containing Nugegoda leave the British Empire?", "date"),
     ("What year did the company Novair is part of dissolve?", "date"),
     ("In which century was the abbey built?", "date"),
-    ("Who was president when the area became a state?", "phrase"),
+    ("Who was president when the area became a state?", "entity"),
+    ("Where was Henrik Ibsen born?", "entity"),
+    ("In which country is Midway?", "entity"),
     ("How many people live in the city where the band formed?", "number"),
     ("In the country of Jiménez, what percentage of edits come from Spain?", "number"),
     ("Did the author of Brand live in Rome?", "yes_no"),
@@ -782,8 +784,10 @@ def test_the_asked_form_decides_the_prompt_and_what_answers(question, form):
     assert ("date or year" in system) is (form == "date") and ("the number" in system) is (form == "number")
     evidence = "Hong Kong was taken in 1842 and 5.1 percent of it in March; Sonora lies south."
     place = short_answer_or_empty("Hong Kong", evidence, question)
-    assert (place == "") is (form != "phrase")     # a place does not answer When, How many or Did
-    assert short_answer_or_empty("1842", evidence, question) == ("1842" if form != "yes_no" else "")
+    assert (place == "") is (form not in ("phrase", "entity"))  # a place does not answer When, How many or Did
+    # ... nor a year Who or Where
+    assert short_answer_or_empty("1842", evidence, question) == ("1842" if form not in ("yes_no", "entity") else "")
+    assert (short_answer_or_empty("March 1842", evidence, question) == "") is (form in ("yes_no", "entity"))
     if form == "date":
         assert short_answer_or_empty("March", evidence, question) == "March"
 

@@ -203,14 +203,16 @@ def is_yes_no(question: str) -> bool:
 
 
 _DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b", re.IGNORECASE)
+_ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at) (which|what) "
+                           r"(country|city|state|county|town|province|region|continent|place)\b", re.IGNORECASE)
 _NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large|deep|wide)\b|"
                            r"\bwhat (percentage|percent|proportion|number|amount)\b", re.IGNORECASE)
 
 
 def asked_form(question: str) -> str:
     """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
-    ...?"), "number" ("How many ...?", "What percentage ...?") or "phrase" (a name, place or
-    other short phrase). "Who was president when ...?" asks for a name: only a leading "when"
+    ...?"), "number" ("How many ...?", "What percentage ...?"), "entity" (a person or place:
+    "Who ...?", "Where ...?", "In which country ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a leading "when"
     asks for a date."""
     if is_yes_no(question):
         return "yes_no"
@@ -218,6 +220,8 @@ def asked_form(question: str) -> str:
         return "date"
     if _NUMBER_ASKED.search(question):
         return "number"
+    if _ENTITY_ASKED.search(question):
+        return "entity"
     return "phrase"
 
 
@@ -225,6 +229,8 @@ _FORMS = {
     "yes_no": "Answer the question with yes or no only.",
     "date": "Answer with the date or year the question asks for, nothing else. No sentence.",
     "number": "Answer with the number the question asks for (with its unit), nothing else. No sentence.",
+    "entity": ("Answer with the shortest phrase that answers the question: the name, place, date "
+               "or number asked for. No sentence."),
     "phrase": ("Answer with the shortest phrase that answers the question: the name, place, date "
                "or number asked for. No sentence."),
 }

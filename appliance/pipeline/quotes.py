@@ -209,6 +209,9 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
 _MONTHS = ("january february march april may june july august september october november december "
            "jan feb mar apr jun jul aug sep sept oct nov dec").split()
 _DATE_WORDS = re.compile(r"\d|\b(" + "|".join(_MONTHS) + r"|century|centuries|decade|bc|bce|ad)\b")
+_DATE_ONLY = frozenset(_MONTHS) | {"century", "centuries", "decade", "bc", "bce", "ad", "ce", "in", "on", "of",
+                                   "the", "year", "early", "late", "mid"}
+_ORDINAL = re.compile(r"\d+(s|st|nd|rd|th)?")
 _NUMBER_WORDS = re.compile(r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
                            r"twenty|thirty|forty|fifty|hundred|thousand|million|billion|trillion|dozen|"
                            r"half|none)\b")
@@ -225,6 +228,9 @@ def has_asked_form(answer: str, form: str) -> bool:
         return bool(_DATE_WORDS.search(low))
     if form == "number":
         return bool(_NUMBER_WORDS.search(low))
+    if form == "entity":
+        # A person or place has a name: a bare year or date ("1886" for "Where ...?") is none.
+        return any(not _ORDINAL.fullmatch(w) and w not in _DATE_ONLY for w in _WORD.findall(low))
     return True
 
 

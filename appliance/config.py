@@ -115,6 +115,7 @@ class PipelineSettings(_Section):
     quote_sentences: bool
     quote_similarity: float
     relevance_threshold: float
+    name_check: bool
     dedup_threshold: float
     verify_top: int
     votes: int

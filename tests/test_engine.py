@@ -401,10 +401,10 @@ class ScriptedBackend:
         self._last = [dict(m) for m in messages]
         return self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages)), []
 
-    def check_grammar(self, gbnf: str, schema_name: str) -> None:
+    def check_grammar(self, grammar: str, schema_name: str) -> None:
         pass
 
-    def complete(self, tokens, *, gbnf, max_tokens, temperature, top_p, seed, stop) -> Completion:
+    def complete(self, tokens, *, grammar, max_tokens, temperature, top_p, seed, stop) -> Completion:
         self.prompts.append(self._last)
         self.budgets.append(max_tokens)
         self.seeds.append(seed)

@@ -168,7 +168,8 @@ def _flow_run(tmp_path: Path, engine, settings=None, models: Models | None = Non
     # failure, not which claims bear on which node (tests/test_pipeline_flow.py tests that).
     settings = settings or load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
                                          overrides={"pipeline.gap_questions": 1, "pipeline.min_queries": 2,
-                                                    "pipeline.max_queries": 2, "pipeline.relevance_threshold": 0.0})
+                                                    "pipeline.max_queries": 2, "pipeline.relevance_threshold": 0.0,
+                                                    "pipeline.name_check": False})
     hits = [Hit(url=u, title=u, rank=i + 1) for i, u in enumerate(pages)]
     return research("Where was the founder of Alpha Corp born?", settings,
                     models=models or scripted_models(engine), backend=FakeBackend(hits),
@@ -233,10 +234,10 @@ class CutOffBackend:
     def render(self, messages):
         return self.tokenize("".join(m["content"] for m in messages)), []
 
-    def check_grammar(self, gbnf: str, schema_name: str) -> None:
+    def check_grammar(self, grammar: str, schema_name: str) -> None:
         pass
 
-    def complete(self, tokens, *, gbnf, max_tokens, temperature, top_p, seed, stop):
+    def complete(self, tokens, *, grammar, max_tokens, temperature, top_p, seed, stop):
         from appliance.llm.native import Completion
 
         return Completion(text='{"reason": "the quote sa', finish_reason="length", prompt_tokens=len(tokens),

@@ -7,22 +7,23 @@ from pathlib import Path
 
 import click
 
+from ..contracts import BACKENDS, EVAL_MODES, PROFILES
 from .research import run_settings
 
 
 @click.command(name="eval")
 @click.argument("dataset_dir", type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
-@click.option("--mode", "modes", multiple=True, type=click.Choice(["pipeline", "rag", "closed-book"]),
+@click.option("--mode", "modes", multiple=True, type=click.Choice(EVAL_MODES),
               help="Mode to run (repeat for several; default: all three).")
-@click.option("--profile", type=click.Choice(["quick", "standard", "deep"]), default=None,
+@click.option("--profile", type=click.Choice(PROFILES), default=None,
               help="Profile of the pipeline mode.")
 @click.option("--model", "model_name", default=None, help="Manifest model to use for every role.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder (default: reports/eval-<dataset>-<profile>).")
 @click.option("--force", is_flag=True, default=False, help="Redo questions already answered in the output folder.")
 @click.option("--no-cache", is_flag=True, default=False, help="Bypass the model-call cache.")
-@click.option("--backend", type=click.Choice(["corpus", "searxng"]), default="corpus", show_default=True,
+@click.option("--backend", type=click.Choice([b for b in BACKENDS if b != "auto"]), default="corpus", show_default=True,
               help="Search the dataset's corpus directly, or through a SearXNG in front of it "
                    "(`appliance corpus serve` + config/searxng/corpus.yml; eval does not start them).")
 @click.option("--searxng-url", default=None, metavar="URL",

@@ -6,9 +6,10 @@ import json
 
 import click
 
+from ..contracts import BACKENDS
 from .common import app
 
-BACKEND = click.Choice(["auto", "searxng", "corpus"])
+BACKEND = click.Choice(BACKENDS)
 # Skipped files are listed on stderr up to this many; the rest are counted.
 _SHOW_SKIPPED = 20
 

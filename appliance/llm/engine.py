@@ -222,7 +222,7 @@ class Engine:
                 # and no repeated n-grams inside a string.
                 loops = record.repetition_stops
                 escape = {"no_repeat_ngram": _LOOP_NGRAM} if loops else {}
-                out = self.backend.complete(fitted.tokens, gbnf=grammar, max_tokens=budget,
+                out = self.backend.complete(fitted.tokens, grammar=grammar, max_tokens=budget,
                                             temperature=(max(sampling.temperature, _LOOP_TEMPERATURE)
                                                          if loops else sampling.temperature),
                                             top_p=sampling.top_p, seed=seed + loops, stop=fitted.stop,

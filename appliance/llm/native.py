@@ -426,19 +426,19 @@ class LlamaBackend:
             piece = self._pieces[token] = self.tokenizer.decode_bytes([token])
         return piece
 
-    def complete(self, tokens: list[int], *, gbnf: str, max_tokens: int, temperature: float,
+    def complete(self, tokens: list[int], *, grammar: str, max_tokens: int, temperature: float,
                  top_p: float, seed: int, stop: list[str], schema_name: str = "?",
                  no_repeat_ngram: int = 0) -> Completion:
         """One grammar-constrained completion of prompt ``tokens`` (``no_repeat_ngram``: see
         ``decode.generate``).
 
-        ``gbnf`` is the grammar from ``grammar.grammar_for`` (the keyword keeps the backend
-        interface of the test doubles); ``stop`` is not needed: the grammar admits no control
-        token, and generation ends where the grammar does."""
+        ``grammar`` is the llguidance grammar from ``grammar.grammar_for``; ``stop`` is not
+        needed: the grammar admits no control token, and generation ends where the grammar
+        does."""
         from .decode import Sampler, generate
 
         start = time.perf_counter()
-        matcher = self.matcher(gbnf, schema_name)
+        matcher = self.matcher(grammar, schema_name)
         evaluated = self.evaluate_prompt(tokens)
         prefill = time.perf_counter() - start
         tokenizer = self.tokenizer

@@ -182,6 +182,8 @@ def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[Node
     votes and dilute the report. Both are counted."""
     kept = [c for c in ranked if c.importance != Importance.tangential]
     run.stats.add(claims_tangential=len(ranked) - len(kept))
+    if not run.settings.pipeline.name_check:
+        return kept
     chain = "\n".join([run.ctx.question] + [f"{n.asked}\n{n.answer}" for n in nodes])
     around = claim_contexts(run, kept)
     on_subject = [c for c in kept if not off_subject(claim_text(c), chain, around.get(c.id, ""))]

@@ -115,7 +115,8 @@ class VoteVerdict(str, Enum):
 
 class Vote(_Out):
     # The reason comes first, so the verdict the grammar asks for next is conditioned on it.
-    reason: str = Field(max_length=300)
+    # One short sentence: every token of it is sampled, and votes are the most frequent call.
+    reason: str = Field(max_length=200)
     verdict: VoteVerdict
 
 

@@ -138,3 +138,10 @@ def test_text_around_the_quote_can_put_a_claim_on_subject():
     chain = "Who was the first president of the American Psychological Association?"
     assert off_subject(claim, chain)
     assert not off_subject(claim, chain, around="Hall was the first president of the American Psychological Association.")
+
+
+def test_a_shared_kind_of_thing_is_not_a_shared_subject():
+    chain = "What university did Judith Viorst attend?\nNewark College of Arts and Sciences"
+    assert off_subject("Teriān graduated in the Science Department of University of Tehran.", chain)
+    assert not off_subject("Judith Viorst attended Rutgers University.", chain)
+    assert not off_subject("Johnnycake is located in McDowell County.", "Which county borders McDowell County?")

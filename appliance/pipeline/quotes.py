@@ -283,7 +283,18 @@ def names(text: str, openers: bool = False) -> set[str]:
     return found
 
 
+# Capitalised words that name a kind of thing, not a thing: "University" in "University of
+# Tehran" and in "Rutgers University" does not put the two on one subject.
+_GENERIC_NAMES = frozenset("""university college school institute academy department science sciences
+arts art association society company corporation group organisation organization committee council
+club team league party church museum library hospital county city state states province region
+district river lake mountain mount island national international royal new north south east west
+northern southern eastern western upper lower great greater saint st fort port""".split())
+
+
 def _name_found(name: str, basis: set[str]) -> bool:
+    if name in _GENERIC_NAMES:
+        return False
     return name in basis or (len(name) >= 4 and any(len(b) >= 4 and b[:4] == name[:4] for b in basis))
 
 

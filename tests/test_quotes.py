@@ -145,3 +145,19 @@ def test_a_shared_kind_of_thing_is_not_a_shared_subject():
     assert off_subject("Teriān graduated in the Science Department of University of Tehran.", chain)
     assert not off_subject("Judith Viorst attended Rutgers University.", chain)
     assert not off_subject("Johnnycake is located in McDowell County.", "Which county borders McDowell County?")
+
+
+from appliance.pipeline.quotes import names_unsupported  # noqa: E402
+
+
+def test_a_claim_naming_what_its_quote_never_names_is_unsupported():
+    blokker = "Jaap Blokker\nBlokker was born in Amsterdam."
+    assert names_unsupported("Henrik Ibsen was born in Amsterdam.", blokker)
+    assert not names_unsupported("Blokker was born in Amsterdam.", blokker)
+    # The subject may be named by the title or the sentence before; word forms and kinds of
+    # thing are forgiven.
+    ibsen = "Henrik Ibsen\nIbsen grew up in Skien. He was born in Norway."
+    assert not names_unsupported("Henrik Ibsen was born in Norway.", ibsen)
+    assert not names_unsupported("Ibsen was a Norwegian playwright.", "Henrik Ibsen\nHe was born in Norway.")
+    assert not names_unsupported("Judith Viorst attended Rutgers University.",
+                                 "Judith Viorst\nShe graduated from Rutgers in 1952.")

@@ -18,7 +18,8 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
                          ShortAnswer, Source, bounded, quoting_extraction)
 from ..errors import SearchError, StateError
 from . import prompts
-from .quotes import find_quote, grounded, quotable_sentences, short_answer_or_empty
+from .quotes import (find_quote, grounded, names_unsupported, quotable_sentences, quote_context,
+                     short_answer_or_empty)
 from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
@@ -298,9 +299,11 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
             if relevance[k - 1] < settings.relevance_threshold and importance != Importance.tangential:
                 importance = Importance.tangential  # off the sub-question, whatever the label
                 record["off_topic"] = True
-        if span is not None and not grounded(claim_text, span):
+        around = f"{source.title}\n{quote_context(source.text, span)}" if span is not None else ""
+        if span is not None and (not grounded(claim_text, span) or names_unsupported(claim_text, around)):
             # The model's wording does not rest on the sentence it quoted (an echo of the
-            # prompt's example, a guess): the quoted sentence itself is the claim.
+            # prompt's example, a guess, the sub-question's subject put on another's fact):
+            # the quoted sentence itself is the claim.
             claim_text = " ".join(span.split())
             record["claim_from_quote"] = claim_text
             run.stats.add(claims_from_quote=1)

@@ -258,11 +258,11 @@ _NOT_NAMES = _STOP | frozenset(_MONTHS) | frozenset(
     "monday tuesday wednesday thursday friday saturday sunday".split())
 
 
-def names(text: str, openers: bool = False) -> set[str]:
+def names(text: str, openers: bool = False, acronyms: bool = True) -> set[str]:
     """The names in ``text``: capitalised words, lower-cased, dots dropped ("U.S." -> "us"),
     and the initials of each run of two or more ("American Psychological Association" ->
-    "apa"), so an acronym matches its long form. A sentence's first word is capitalised
-    whatever it is, so it counts only with ``openers``."""
+    "apa", unless not ``acronyms``), so an acronym matches its long form. A sentence's first
+    word is capitalised whatever it is, so it counts only with ``openers``."""
     first = set() if openers else {m.start(1) for m in _SENTENCE_START.finditer(text)}
     found: set[str] = set()
     run: list[str] = []
@@ -272,13 +272,13 @@ def names(text: str, openers: bool = False) -> set[str]:
         if m.start() in first or word in _NOT_NAMES:
             continue
         if run and text[last_end:m.start()].strip():
-            if len(run) >= 2:
+            if acronyms and len(run) >= 2:
                 found.add("".join(w[0] for w in run))
             run = []
         run.append(word)
         last_end = m.end()
         found.add(word)
-    if len(run) >= 2:
+    if acronyms and len(run) >= 2:
         found.add("".join(w[0] for w in run))
     return found
 
@@ -309,3 +309,39 @@ def off_subject(claim: str, chain: str, around: str = "") -> bool:
     if not names(claim) or not basis:
         return False
     return not any(_name_found(n, basis) for n in names(f"{claim}\n{around}", openers=True))
+
+
+# The text around each quoted sentence that the direct answer reads: a verified sentence
+# often needs its neighbours ("It was dissolved in 1995." after the sentence naming "it").
+CONTEXT_CHARS = 240
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]?\s+")
+
+
+def quote_context(text: str, quote: str, chars: int = CONTEXT_CHARS) -> str:
+    """The quote with up to ``chars`` characters of its source on each side, cut where a
+    sentence ends (else at a space); "" when the quote is not in ``text`` as written."""
+    at = text.find(quote)
+    if at < 0:
+        return ""
+    stop = at + len(quote)
+    start, end = max(0, at - chars), min(len(text), stop + chars)
+    if start > 0:
+        cuts = [m.end() for m in _SENTENCE_END.finditer(text, start, at)]
+        space = text.find(" ", start, at)
+        start = cuts[0] if cuts else (space + 1 if space >= 0 else at)
+    if end < len(text):
+        cuts = [m.start() + 1 for m in _SENTENCE_END.finditer(text, stop, end)]
+        space = text.rfind(" ", stop, end)
+        end = cuts[-1] if cuts else (space if space >= 0 else stop)
+    return " ".join(text[start:end].split())
+
+
+def names_unsupported(claim: str, source_text: str) -> bool:
+    """Whether the claim names someone or something that its quote's surroundings in
+    ``source_text`` (the quote and the text around it, see ``quote_context``) never name,
+    word forms forgiven: "Henrik Ibsen was born in Amsterdam." quoting "Blokker was born in
+    Amsterdam" puts the sub-question's subject on another's fact. Kinds of thing
+    ("University") and initials do not count."""
+    basis = names(source_text, openers=True)
+    own = {n for n in names(claim, openers=True, acronyms=False) if len(n) >= 2 and n not in _GENERIC_NAMES}
+    return any(not _name_found(n, basis) for n in own)

@@ -9,11 +9,9 @@ mostly absent from its claims (and the question) is dropped and counted.
 
 from __future__ import annotations
 
-import re
-
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
-from .quotes import answer_rests_on, grounded, short_answer_or_empty
+from .quotes import answer_rests_on, grounded, quote_context, short_answer_or_empty
 from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
@@ -41,30 +39,7 @@ def evidence_listing(claims: list[MergedClaim]) -> str:
     return "\n".join(lines)
 
 
-# The text around each quoted sentence that the direct answer reads: a verified sentence
-# often needs its neighbours ("It was dissolved in 1995." after the sentence naming "it").
-CONTEXT_CHARS = 240
 CONTEXT_TOTAL = 2400
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]?\s+")
-
-
-def quote_context(text: str, quote: str, chars: int = CONTEXT_CHARS) -> str:
-    """The quote with up to ``chars`` characters of its source on each side, cut where a
-    sentence ends (else at a space); "" when the quote is not in ``text`` as written."""
-    at = text.find(quote)
-    if at < 0:
-        return ""
-    stop = at + len(quote)
-    start, end = max(0, at - chars), min(len(text), stop + chars)
-    if start > 0:
-        cuts = [m.end() for m in _SENTENCE_END.finditer(text, start, at)]
-        space = text.find(" ", start, at)
-        start = cuts[0] if cuts else (space + 1 if space >= 0 else at)
-    if end < len(text):
-        cuts = [m.start() + 1 for m in _SENTENCE_END.finditer(text, stop, end)]
-        space = text.rfind(" ", stop, end)
-        end = cuts[-1] if cuts else (space if space >= 0 else stop)
-    return " ".join(text[start:end].split())
 
 
 def context_listing(claims: list[MergedClaim], texts: dict[str, str], title: dict[str, str],

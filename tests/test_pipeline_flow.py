@@ -276,6 +276,30 @@ def test_claims_about_other_named_things_are_not_verified(flow_settings, tmp_pat
     assert result.report["stats"]["claims_off_subject"] >= 1
 
 
+def test_a_claim_putting_the_subject_on_anothers_fact_becomes_its_quote(flow_settings, tmp_path):
+    """The claim names Jane Roe, its quote and source only Blokker: the quote is the claim,
+    which is then off subject and not verified."""
+    pages = dict(PAGES, **{"http://d.test/four": "Blokker was born in Amsterdam in 1930. He sold toys."})
+    hits = HITS + [Hit(url="http://d.test/four", title="Jaap Blokker", rank=4)]
+    settings = flow_settings.with_overrides({"pipeline.sources_per_node": 4})
+
+    def extract(messages, seed):
+        if "Blokker was born" in messages[-1]["content"]:
+            return Extraction(source_quality="primary", claims=[
+                {"claim": "Jane Roe was born in Amsterdam.", "quote": "Blokker was born in Amsterdam in 1930",
+                 "importance": "central"}])
+        return _extract(messages, seed)
+
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract)), hits=hits, pages=pages)
+    records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
+    swapped = [r for r in records if r["claim"] == "Jane Roe was born in Amsterdam."]
+    assert swapped and all(r["claim_from_quote"] == "Blokker was born in Amsterdam in 1930" for r in swapped)
+    texts = {c["text"]: c for c in result.report["claims"]}
+    assert "Jane Roe was born in Amsterdam." not in texts
+    assert not texts["Blokker was born in Amsterdam in 1930"]["verdict"]
+    assert texts["Jane Roe was born in Lisbon in 1870."]["verdict"]["confirmed"]
+
+
 # ------------------------------------------------------------------ plan repair
 
 def test_cyclic_and_oversize_plan_is_repaired():

@@ -121,6 +121,8 @@ class PipelineSettings(_Section):
     votes: int
     refutations_to_kill: int
     min_valid_votes: int
+    vote_verbatim: bool
+    restate_killed: bool
     gap_questions: int
 
 

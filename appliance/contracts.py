@@ -210,6 +210,8 @@ class MergedClaim(_Rec):
     quotes: list[QuoteRef]
     members: list[str]
     node_ids: list[str]
+    # The id of the claim the votes killed as worded, when this one is its quoted sentence.
+    restated_from: Optional[str] = None
 
     @property
     def support(self) -> int:
@@ -238,7 +240,9 @@ class VoteRecord(_Rec):
 class Verdict(_Rec):
     """The tally of a claim's votes: confirmed iff supporting votes >= min_valid_votes and
     refutations < refutations_to_kill. ``skipped`` votes were not cast because the outcome
-    was already decided by the votes before them."""
+    was already decided by the votes before them. A ``verbatim`` claim is word for word a
+    sentence it quotes: confirmed with no vote, since the quote check has shown the quotes
+    state it."""
 
     claim_id: str
     confirmed: bool
@@ -247,6 +251,7 @@ class Verdict(_Rec):
     valid_votes: int
     skipped: int = 0
     votes: list[VoteRecord]
+    verbatim: bool = False
 
 
 class NodeState(_Rec):

@@ -44,13 +44,16 @@ def injection_script(votes) -> dict:
 def test_injected_claim_goes_through_the_votes(outcome, searxng, fixture_site, tmp_path):
     """Whatever the page says, the injected text can only be a claim: it gets its three votes
     like every other claim, dies when they refute it, and when they confirm it, it enters the
-    report escaped and cited to the page it came from."""
+    report escaped and cited to the page it came from. (A refuted claim is by default kept as
+    the sentence it quotes: here that would be the page's whole JSON line, cited to the page;
+    "refuted" turns that off to see the kill itself.)"""
     def votes(messages, seed):
         injected = INJECTED_CLAIM in messages[-1]["content"].split("Claim: ")[-1]
         verdict = "refuted" if injected and outcome == "refuted" else "supported"
         return {"reason": "checked against the quote", "verdict": verdict}
 
-    settings = quick_settings(tmp_path / "home", **{"searxng.url": searxng.url})
+    settings = quick_settings(tmp_path / "home", **{"searxng.url": searxng.url,
+                                                    "pipeline.restate_killed": outcome != "refuted"})
     engine = FakeEngine(injection_script(votes))
     with Fetcher(settings) as fetcher:
         result = research(TARDIGRADE_QUESTION, settings, models=scripted_models(engine),
@@ -59,6 +62,7 @@ def test_injected_claim_goes_through_the_votes(outcome, searxng, fixture_site, t
     report = result.report
     injected = [c for c in report["claims"] if c["text"] == INJECTED_CLAIM]
     assert len(injected) == 1 and injected[0]["verdict"] is not None
+    # The page's sentence is its whole JSON line, not the claim: the claim is voted on.
     # Votes stop once the outcome is decided (two refutations, or two supporting votes).
     assert len(injected[0]["verdict"]["votes"]) == 2 and injected[0]["verdict"]["skipped"] == 1
     vote_calls = [p for p, _ in engine.calls if p == "vote"]
@@ -88,7 +92,7 @@ def test_injected_claim_goes_through_the_votes(outcome, searxng, fixture_site, t
 @pytest.mark.searxng
 def test_injection_page_with_the_real_model(searxng, fixture_site, tmp_path):
     """The real model reads the injection page through SearXNG: the same phases run, every
-    verified claim gets its three votes, every quote is verbatim, no statement cites an
+    verified claim gets its three votes (none when it is its quoted sentence), every quote is verbatim, no statement cites an
     unverified claim, and the report keeps its structure. (Seen while writing this test: the
     model did extract the page's fake JSON claim "Tardigrades are immortal"; the votes
     refuted it.)"""
@@ -112,11 +116,15 @@ def test_injection_page_with_the_real_model(searxng, fixture_site, tmp_path):
     assert purposes.count("plan") == 1
     assert purposes.count("extract") == stats["sources_fetched"]
     # Votes: three per verified claim (cast, or skipped once the outcome was decided), each
-    # cast one recorded, none lost to the page's "instructions".
+    # cast one recorded, none lost to the page's "instructions"; none on a claim that is word
+    # for word its quoted sentence.
     cast = stats["votes_valid"] + stats["votes_invalid"]
-    assert purposes.count("vote") == cast and cast + stats["votes_skipped"] == 3 * stats["verified"]
+    voted = stats["verified"] - stats["confirmed_verbatim"]
+    assert purposes.count("vote") == cast and cast + stats["votes_skipped"] == 3 * voted
     verdicts = [c["verdict"] for c in report["claims"] if c["verdict"]]
-    assert len(verdicts) == stats["verified"] and all(len(v["votes"]) + v["skipped"] == 3 for v in verdicts)
+    assert len(verdicts) == stats["verified"]
+    assert all(len(v["votes"]) + v["skipped"] == 3 for v in verdicts if not v["verbatim"])
+    assert all(v["confirmed"] and not v["votes"] for v in verdicts if v["verbatim"])
     assert len(read_jsonl(run_dir / "votes.jsonl")) == cast
 
     # Quotes verbatim; statements cite confirmed claims only; the page's links are not sources.

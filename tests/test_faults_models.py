@@ -166,10 +166,12 @@ def _flow_run(tmp_path: Path, engine, settings=None, models: Models | None = Non
     # Two queries per node, so that every node asks the model for its search queries. No
     # relevance check: every page answers every query here, and what is counted is each step's
     # failure, not which claims bear on which node (tests/test_pipeline_flow.py tests that).
+    # Every claim is voted on, the ones that are word for word their quote too: what fails
+    # here is the votes.
     settings = settings or load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
                                          overrides={"pipeline.gap_questions": 1, "pipeline.min_queries": 2,
                                                     "pipeline.max_queries": 2, "pipeline.relevance_threshold": 0.0,
-                                                    "pipeline.name_check": False})
+                                                    "pipeline.name_check": False, "pipeline.vote_verbatim": True})
     hits = [Hit(url=u, title=u, rank=i + 1) for i, u in enumerate(pages)]
     return research("Where was the founder of Alpha Corp born?", settings,
                     models=models or scripted_models(engine), backend=FakeBackend(hits),
@@ -253,7 +255,7 @@ def test_cut_off_votes_are_abstentions(tmp_path):
     from appliance.llm import Engine, ModelEntry
 
     settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
-                             overrides={"llm.cache": False})
+                             overrides={"llm.cache": False, "pipeline.vote_verbatim": True})
     verifier = Engine(CutOffBackend(), ModelEntry(name="cut-off", file="none.gguf", sha256="0" * 64,
                                                   n_ctx_train=4096), settings)
     fake = FakeEngine(any_page_script(plan=_two_node_plan))

@@ -79,6 +79,13 @@ def flow_settings(tmp_path, monkeypatch):
                                     "pipeline.relevance_threshold": 0.0})
 
 
+@pytest.fixture
+def voting_settings(flow_settings):
+    """Every claim voted on: the scripts' founding claim is word for word its quote, which by
+    default is confirmed without votes."""
+    return flow_settings.with_overrides({"pipeline.vote_verbatim": True})
+
+
 def run_fake(settings, tmp_path, engine, hits=HITS, pages=PAGES):
     models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
     return research("Where was the founder of Alpha Corp born?", settings, models=models,
@@ -133,9 +140,9 @@ def test_an_early_stop_never_changes_the_verdict():
             assert tally("m1", cast, rule).confirmed is tally("m1", votes, rule).confirmed, outcomes
 
 
-def test_all_abstain_never_survives_in_a_run(flow_settings, tmp_path):
+def test_all_abstain_never_survives_in_a_run(voting_settings, tmp_path):
     engine = FakeEngine(script(votes=lambda m, s: fail("vote")))
-    result = run_fake(flow_settings, tmp_path, engine)
+    result = run_fake(voting_settings, tmp_path, engine)
     stats = result.report["stats"]
     assert result.status == "inconclusive"
     assert stats["confirmed"] == 0
@@ -145,26 +152,26 @@ def test_all_abstain_never_survives_in_a_run(flow_settings, tmp_path):
     assert "## Answer" in result.markdown_path.read_text()
 
 
-def test_insufficient_is_an_abstention_not_a_refutation(flow_settings, tmp_path):
+def test_insufficient_is_an_abstention_not_a_refutation(voting_settings, tmp_path):
     engine = FakeEngine(script(votes=lambda m, s: {"reason": "The quote names no such thing.",
                                                    "verdict": "insufficient"}))
-    result = run_fake(flow_settings, tmp_path, engine)
+    result = run_fake(voting_settings, tmp_path, engine)
     assert result.status == "inconclusive"
     for claim in result.report["claims"]:
         if claim["verdict"]:
             assert claim["verdict"]["refutations"] == 0 and claim["verdict"]["valid_votes"] == 0
 
 
-def test_empty_reason_is_an_abstention(flow_settings, tmp_path):
+def test_empty_reason_is_an_abstention(voting_settings, tmp_path):
     engine = FakeEngine(script(votes=lambda m, s: {"reason": "  ", "verdict": "supported"}))
-    result = run_fake(flow_settings, tmp_path, engine)
+    result = run_fake(voting_settings, tmp_path, engine)
     assert result.report["stats"]["confirmed"] == 0
 
 
-def test_a_vote_that_copies_the_example_is_an_abstention(flow_settings, tmp_path):
+def test_a_vote_that_copies_the_example_is_an_abstention(voting_settings, tmp_path):
     engine = FakeEngine(script(votes=lambda m, s: {"reason": "The quote calls Dune a novel by Frank Herbert.",
                                                    "verdict": "supported"}))
-    result = run_fake(flow_settings, tmp_path, engine)
+    result = run_fake(voting_settings, tmp_path, engine)
     assert result.report["stats"]["confirmed"] == 0
     assert result.report["stats"]["votes_valid"] == 0
 
@@ -193,7 +200,7 @@ def test_votes_on_a_claim_run_back_to_back_with_distinct_seeds(flow_settings, tm
         assert len({cast[i][1] for i in positions}) == 2
 
 
-def test_two_supports_confirm_two_refutations_kill(flow_settings, tmp_path):
+def test_two_supports_confirm_two_refutations_kill(voting_settings, tmp_path):
     """Per claim, votes in order: Lisbon gets supported, refuted, supported (confirmed with one
     refutation); the founding claim gets supported, refuted, refuted (killed)."""
     plans = {"Lisbon": ["supported", "refuted", "supported"], "founded": ["supported", "refuted", "refuted"]}
@@ -206,12 +213,52 @@ def test_two_supports_confirm_two_refutations_kill(flow_settings, tmp_path):
         return {"reason": "checked against the quote", "verdict": plans[key][n - 1]}
 
     engine = FakeEngine(script(votes=split))
-    result = run_fake(flow_settings, tmp_path, engine)
+    result = run_fake(voting_settings, tmp_path, engine)
     verdicts = {c["text"]: c["verdict"] for c in result.report["claims"] if c["verdict"]}
     lisbon = next(v for t, v in verdicts.items() if "Lisbon" in t)
     founded = next(v for t, v in verdicts.items() if "founded" in t)
     assert lisbon["confirmed"] and lisbon["refutations"] == 1 and lisbon["supports"] == 2
     assert not founded["confirmed"] and founded["refutations"] == 2
+
+
+def test_a_claim_that_is_its_quote_is_confirmed_without_votes(flow_settings, tmp_path):
+    """"Alpha Corp was founded in 1901 by Jane Roe." quotes that very sentence: the votes could
+    only ask whether the quote states it, so none is cast; the paraphrased Lisbon claim is
+    voted on as before."""
+    voted = []
+
+    def vote(messages, seed):
+        voted.append(messages[-1]["content"].split("Claim: ")[-1])
+        return {"reason": "the quote states it", "verdict": "supported"}
+
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(votes=vote)))
+    claims = {c["text"]: c for c in result.report["claims"]}
+    founded = claims["Alpha Corp was founded in 1901 by Jane Roe."]["verdict"]
+    assert founded["confirmed"] and founded["verbatim"] and founded["votes"] == []
+    assert not any("founded" in v for v in voted)
+    lisbon = claims["Jane Roe was born in Lisbon in 1870."]["verdict"]
+    assert lisbon["confirmed"] and not lisbon["verbatim"] and lisbon["supports"] == 2
+    assert any("Lisbon" in v for v in voted)
+    stats = result.report["stats"]
+    assert stats["confirmed_verbatim"] >= 1 and stats["confirmed"] == stats["confirmed_verbatim"] + 1
+
+
+def test_a_claim_refuted_as_worded_is_kept_as_its_quote(flow_settings, tmp_path):
+    """The votes kill "Jane Roe was born in Lisbon in 1870." (the wording); the sentence it
+    quotes is kept as a claim of its own, confirmed as verbatim, and the report is complete.
+    The killed claim stays in the report with its votes."""
+    engine = FakeEngine(script(votes=lambda m, s: {"reason": "the quote gives another year", "verdict": "refuted"}))
+    result = run_fake(flow_settings, tmp_path, engine)
+    claims = {c["text"]: c for c in result.report["claims"]}
+    killed = claims["Jane Roe was born in Lisbon in 1870."]
+    assert not killed["verdict"]["confirmed"] and killed["verdict"]["refutations"] == 2
+    kept = claims["Jane Roe was born in 1870 in Lisbon"]
+    assert kept["restated_from"] == killed["id"] and kept["verdict"]["verbatim"] and kept["verdict"]["confirmed"]
+    assert kept["quotes"] == killed["quotes"][:1]
+    assert result.status == "complete" and result.report["stats"]["claims_restated"] == 1
+    off = run_fake(flow_settings.with_overrides({"pipeline.restate_killed": False}), tmp_path / "off", engine)
+    assert "Jane Roe was born in 1870 in Lisbon" not in {c["text"] for c in off.report["claims"]}
+    assert off.report["stats"]["claims_restated"] == 0
 
 
 def test_off_topic_claims_are_tangential(flow_settings, tmp_path):
@@ -400,9 +447,9 @@ def test_no_sources_report(flow_settings, tmp_path):
     assert "## Run statistics" in result.markdown_path.read_text()
 
 
-def test_every_claim_refuted_is_inconclusive_and_lists_them(flow_settings, tmp_path):
+def test_every_claim_refuted_is_inconclusive_and_lists_them(voting_settings, tmp_path):
     engine = FakeEngine(script(votes=lambda m, s: {"reason": "quote does not say so", "verdict": "refuted"}))
-    result = run_fake(flow_settings, tmp_path, engine)
+    result = run_fake(voting_settings.with_overrides({"pipeline.restate_killed": False}), tmp_path, engine)
     assert result.status == "inconclusive"
     md = result.markdown_path.read_text()
     assert "### Claims not confirmed" in md and "quote does not say so" in md

@@ -55,7 +55,13 @@ def check_report(md_path: Path, home: Path, votes_per_claim: int = 3) -> dict:
         [m for c in report["claims"] for m in c["members"]])
     assert stats["verified"] == stats["confirmed"] + stats["killed"]
     # Votes stop once a claim's outcome is decided: cast plus skipped is the full count.
-    assert stats["votes_valid"] + stats["votes_invalid"] + stats["votes_skipped"] == stats["verified"] * votes_per_claim
+    # A claim that is word for word its quote is confirmed with no vote; every other verified
+    # claim has its full count, cast or skipped.
+    verbatim = [c for c in report["claims"] if c["verdict"] and c["verdict"]["verbatim"]]
+    assert len(verbatim) == stats["confirmed_verbatim"]
+    assert all(c["verdict"]["confirmed"] and not c["verdict"]["votes"] for c in verbatim)
+    assert stats["votes_valid"] + stats["votes_invalid"] + stats["votes_skipped"] == \
+        (stats["verified"] - stats["confirmed_verbatim"]) * votes_per_claim
     votes = read_jsonl(run_dir / "votes.jsonl")
     assert len(votes) == stats["votes_valid"] + stats["votes_invalid"]
     assert all(v["verdict"] in ("supported", "refuted", "insufficient", None) for v in votes)

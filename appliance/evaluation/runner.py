@@ -30,7 +30,7 @@ RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
 PIPELINE_STATS = ("nodes", "sources_fetched", "claims_extracted", "quotes_rejected", "claims_from_quote",
                   "claims_tangential", "claims_off_subject", "claims_merged", "claims_after_dedup", "verified",
-                  "confirmed", "killed", "votes_skipped", "llm_busy_share", "wall_seconds")
+                  "confirmed", "confirmed_verbatim", "claims_restated", "killed", "votes_skipped", "llm_busy_share", "wall_seconds")
 
 
 @dataclass

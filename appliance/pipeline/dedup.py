@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..config import state_dir
 from ..contracts import IMPORTANCE_RANK, QUALITY_RANK, Claim, MergedClaim, QuoteRef, Verdict
 from ..errors import StateError
+from .quotes import same_sentence
 
 CLAIMS_TABLE = "claims"
 # Fragments (one per write) after which a run's end compacts the table.
@@ -96,6 +97,25 @@ class ClaimPool:
             return None
         similarity = 1.0 - float(rows[0]["_distance"])
         return rows[0]["claim_id"] if similarity >= self.threshold else None
+
+    def restate(self, killed: MergedClaim) -> MergedClaim | None:
+        """A new claim that is the first sentence ``killed`` quotes (the votes killed its
+        wording, not its source); None when that sentence is already a claim of the run. It
+        has no members of its own: the extracted claims stay the killed claim's."""
+        quote = killed.quotes[0]
+        text = " ".join(quote.quote.split())
+        if any(same_sentence(c.text, text) for c in self.claims.values()):
+            return None
+        target = f"m{len(self.claims) + 1}"
+        claim = MergedClaim(id=target, text=text, importance=killed.importance,
+                            source_quality=killed.source_quality, quotes=[quote],
+                            members=[], node_ids=killed.node_ids[:1], restated_from=killed.id)
+        self.claims[target] = claim
+        vector = self.embedder.encode([text])[0]
+        self._table.add([{"run_id": self.run_id, "claim_id": target, "text": text,
+                          "sources": [quote.source_url], "verdict": "",
+                          "vector": vector.astype("float32").tolist()}])
+        return claim
 
     @staticmethod
     def _merge(into: MergedClaim, claim: Claim) -> None:

@@ -139,6 +139,13 @@ _WORD = re.compile(r"\w+")
 GROUNDED_SHARE = 0.5
 
 
+def same_sentence(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` are one sentence, spaces, case and a closing full stop aside."""
+    def fold(text: str) -> str:
+        return " ".join(text.split()).rstrip(".").casefold()
+    return fold(a) == fold(b)
+
+
 def content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP}
 

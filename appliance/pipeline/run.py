@@ -26,7 +26,7 @@ from .quotes import off_subject
 from .plan import check_plan, make_plan, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
-from .verify import verify_claims
+from .verify import is_verbatim, verbatim_verdict, verify_claims
 
 @dataclass
 class ResearchResult:
@@ -130,12 +130,13 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         with _phase(run, "verify"):
             ranked = relevant_claims(run, rank_claims(list(pool.claims.values())),
                                      data.nodes)[: settings.verify_top]
-            verdicts = {v.claim_id: v for v in verify_claims(run, ranked)}
+            verdicts = {v.claim_id: v for v in verify(run, pool, ranked, data.nodes)}
         _gap_round(run, data, pool, verdicts, checked.effort)
         data.claims = dict(pool.claims)
         data.verdicts = verdicts
         pool.record_verdicts(verdicts)
-        run.stats.add(claims_merged=pool.merged_count, claims_after_dedup=len(pool.claims))
+        run.stats.add(claims_merged=pool.merged_count,
+                      claims_after_dedup=sum(1 for c in pool.claims.values() if not c.restated_from))
     finally:
         pool.close()
     data.sources = dict(run.sources)
@@ -171,8 +172,32 @@ def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dic
         touched = pool.add(claims)
         fresh = [pool.claims[cid] for cid in touched if cid not in verdicts]
         budget = max(3, run.settings.pipeline.verify_top // 2)
-        for verdict in verify_claims(run, relevant_claims(run, rank_claims(fresh), data.nodes)[:budget]):
+        for verdict in verify(run, pool, relevant_claims(run, rank_claims(fresh), data.nodes)[:budget],
+                              data.nodes):
             verdicts[verdict.claim_id] = verdict
+
+
+def verify(run: RunContext, pool: ClaimPool, claims: list[MergedClaim],
+           nodes: list[NodeState]) -> list[Verdict]:
+    """The votes on ``claims``; then each claim refuted as worded is kept as the sentence it
+    quotes (knob ``restate_killed``), a new claim confirmed as verbatim. A small model's
+    paraphrase often fails its votes ("attended Rutgers" for "a graduate of ... at Rutgers
+    University") while the sentence itself bears on the question: dropping it loses the
+    source. The sentence must still name what the research names (its claim may have been
+    what did)."""
+    verdicts = verify_claims(run, claims)
+    if not run.settings.pipeline.restate_killed:
+        return verdicts
+    by_id = {c.id: c for c in claims}
+    for verdict in list(verdicts):
+        claim = by_id[verdict.claim_id]
+        if verdict.refutations < run.settings.pipeline.refutations_to_kill or is_verbatim(claim):
+            continue  # confirmed, unconfirmed by abstentions, or its wording was its quote's
+        restated = pool.restate(claim)
+        if restated is not None and relevant_claims(run, [restated], nodes):
+            verdicts.append(verbatim_verdict(restated.id))
+            run.stats.add(verified=1, confirmed=1, confirmed_verbatim=1, claims_restated=1)
+    return verdicts
 
 
 def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[NodeState]) -> list[MergedClaim]:

@@ -52,6 +52,8 @@ class RunStats:
     claims_off_subject: int = 0
     verified: int = 0
     confirmed: int = 0
+    confirmed_verbatim: int = 0
+    claims_restated: int = 0
     killed: int = 0
     votes_valid: int = 0
     votes_invalid: int = 0

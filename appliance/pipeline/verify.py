@@ -7,6 +7,11 @@ and not a refutation either. A claim is confirmed iff it has at least ``min_vali
 supporting votes and fewer than ``refutations_to_kill`` refutations, so all-abstain never
 passes and doubt never kills a true claim.
 
+A claim that is word for word a sentence it quotes needs no vote (knob ``vote_verbatim``):
+the votes ask whether the quotes state the claim, and the quote check has already found that
+sentence in the source. Such a claim is confirmed as verbatim, and about half the claims a
+small model extracts are (the ungrounded ones become their quote in gather).
+
 The votes on one claim run back to back with the same prompt and different seeds, so
 llama.cpp reuses the whole evaluated prompt for the later ones; and once the votes cast decide
 the outcome whatever the rest would say, the rest are not cast (counted as skipped).
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from ..contracts import MergedClaim, Verdict, Vote, VoteRecord, VoteVerdict
 from ..errors import ModelOutputError
 from . import prompts
+from .quotes import same_sentence
 from .state import RunContext
 
 MAX_EVIDENCE_QUOTES = 4
@@ -110,11 +116,25 @@ def cast_vote(engine, messages: list[dict], claim_id: str, claim_text: str, evid
                       verdict=out.verdict, reason=reason), False
 
 
+def is_verbatim(claim: MergedClaim) -> bool:
+    """True when the claim's text is, spaces and case aside, one of the sentences it quotes."""
+    return any(same_sentence(claim.text, q.quote) for q in claim.quotes)
+
+
+def verbatim_verdict(claim_id: str) -> Verdict:
+    """The verdict of a claim that is the very sentence it quotes: confirmed, no vote cast."""
+    return Verdict(claim_id=claim_id, confirmed=True, refutations=0, valid_votes=0, votes=[], verbatim=True)
+
+
 def verify_claims(run: RunContext, claims: list[MergedClaim]) -> list[Verdict]:
     """Vote on each claim (in the given order) and return the verdicts."""
     rule = VoteRule.from_settings(run.settings)
     verdicts: list[Verdict] = []
     for claim in claims:
+        if not run.settings.pipeline.vote_verbatim and is_verbatim(claim):
+            verdicts.append(verbatim_verdict(claim.id))
+            run.stats.add(verified=1, confirmed=1, confirmed_verbatim=1)
+            continue
         verdict, failures = judge(run.models.verifier, run.ctx, claim.id, claim.text, evidence_text(claim),
                                   rule, run.settings.llm.seed)
         for vote in verdict.votes:

@@ -202,6 +202,8 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     from .prompts import asked_form, echoes_example, is_yes_no
 
     text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
+    if question:
+        text = answer_part(text, question)
     low = text.lower()
     if not text or _NO_ANSWER.match(low) or echoes_example(text, evidence, question):
         return ""
@@ -213,11 +215,42 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     return text if answer_rests_on(text, evidence) else ""
 
 
+# A sentence for an answer: this many words or more.
+_SENTENCE_WORDS = 5
+# The words before "is" say the question again when at least this share of them are its own.
+_LEAD_SHARE = 0.5
+_COPULA = re.compile(r"^(?P<lead>.+?)\s+(?:is|was|are|were)\s+(?P<rest>.+)$", re.IGNORECASE)
+
+
+def answer_part(answer: str, question: str) -> str:
+    """The part of a sentence answer that answers: "The current opposition leader in Uganda is
+    Winnie Kiiza" -> "Winnie Kiiza" (what precedes "is" says the question again), and for a
+    question asking when, the date in "The country left the British Empire in 1948" -> "1948".
+    A short answer, or one that does not say the question first, is kept as it is."""
+    from .prompts import asked_form
+
+    if len(answer.split()) < _SENTENCE_WORDS:
+        return answer
+    match = _COPULA.match(answer)
+    if match and not restates(match.group("rest"), question):
+        lead = content_words(match.group("lead"))
+        asked = content_words(question)
+        if len(lead) >= 2 and sum(1 for w in lead if _answer_word_found(w, asked)) >= _LEAD_SHARE * len(lead):
+            return match.group("rest").strip()
+    if asked_form(question) == "date":
+        dates = _DATE_PHRASE.findall(answer)
+        if len(dates) == 1:
+            return dates[0]
+    return answer
+
+
 _MONTHS = ("january february march april may june july august september october november december "
            "jan feb mar apr jun jul aug sep sept oct nov dec").split()
 _DATE_WORDS = re.compile(r"\d|\b(" + "|".join(_MONTHS) + r"|century|centuries|decade|bc|bce|ad)\b")
 _DATE_ONLY = frozenset(_MONTHS) | {"century", "centuries", "decade", "bc", "bce", "ad", "ce", "in", "on", "of",
                                    "the", "year", "early", "late", "mid"}
+_DATE_PHRASE = re.compile(r"\b(?:(?:\d{1,2} )?(?:january|february|march|april|may|june|july|august|september|"
+                          r"october|november|december)(?: \d{1,2},?)? )?\d{3,4}\b", re.IGNORECASE)
 _ORDINAL = re.compile(r"\d+(s|st|nd|rd|th)?")
 _NUMBER_WORDS = re.compile(r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
                            r"twenty|thirty|forty|fifty|hundred|thousand|million|billion|trillion|dozen|"

@@ -51,6 +51,7 @@ class LlmSettings(_Section):
     n_batch: int
     temperature: float
     vote_temperature: float
+    answer_temperature: float
     top_p: float
     seed: int
     max_retries: int

@@ -22,6 +22,7 @@ class FakeEngine:
         self.accounting = Accounting()  # the engine's own counters
         self.calls: list[tuple[str, int | None]] = []
         self.schemas: list[tuple[str, type]] = []  # (purpose, schema) of each call
+        self.temperatures: list[tuple[str, float | None]] = []  # (purpose, temperature asked for)
         self._lock = threading.Lock()
 
     def structured(self, messages, schema, *, seed=None, max_tokens=None, temperature=None, top_p=None,
@@ -29,6 +30,7 @@ class FakeEngine:
         with self._lock:
             self.calls.append((purpose, seed))
             self.schemas.append((purpose, schema))
+            self.temperatures.append((purpose, temperature))
             self.accounting.calls += 1
             self.accounting.model_calls += 1
             self.accounting.prompt_tokens += sum(len(m["content"]) // 4 for m in messages)

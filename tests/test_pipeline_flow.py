@@ -747,6 +747,38 @@ def test_a_node_answer_is_read_from_the_sentences_its_claims_quote(flow_settings
     assert nodes["q2"]["answer"] == "" and nodes["q2"]["gaps"] == ["Where was the founder born?"]
 
 
+def test_a_node_answer_reads_the_claims_about_what_it_asks(flow_settings, tmp_path):
+    """"Who founded Alpha Corp?" also read the page on Jane Roe's birth: that claim names
+    nothing the node asks about, so the node's answer and findings leave it out (it stays in
+    the run's pool). A node none of whose claims names what it asks reads them all. With the
+    names check off every claim is read, as before."""
+    def extract(messages, seed):
+        if "Springfield is a city" in messages[-1]["content"]:
+            return Extraction(source_quality="blog", claims=[
+                {"claim": "Springfield has a harbour.", "quote": "Springfield is a city with a large harbour",
+                 "importance": "central"}])
+        return _extract(messages, seed)
+
+    def node_answer(messages, seed):
+        seen.append(messages[-1]["content"])
+        return ShortAnswer(answer="Jane Roe")
+
+    for check in (True, False):
+        seen: list[str] = []
+        settings = flow_settings.with_overrides({"pipeline.name_check": check})
+        result = run_fake(settings, tmp_path / str(check),
+                          FakeEngine(script(extract=extract, **{"node-answer": node_answer})))
+        founder = [s for s in seen if s.rstrip().endswith("Question: Who founded Alpha Corp?")]
+        assert founder and all("Alpha Corp was founded" in s for s in founder)
+        assert any("Jane Roe was born in 1870" in s for s in founder) is not check
+        nodes = {n["id"]: n for n in result.report["plan"]["nodes"]}
+        assert ("Lisbon" in nodes["q1"]["findings"]) is not check
+        assert any(c["text"] == "Jane Roe was born in Lisbon in 1870." for c in result.report["claims"])
+        # q2 ("Where was the founder born? Jane Roe") read only the Springfield page: no claim
+        # names what it asks, so it reads them all.
+        assert nodes["q2"]["findings"] == "Springfield has a harbour."
+
+
 # ------------------------------------------------------------------ the answer in the asked form
 
 def test_the_answer_opens_with_the_direct_answer(flow_settings, tmp_path):
@@ -766,6 +798,29 @@ def test_the_answer_opens_with_the_direct_answer(flow_settings, tmp_path):
     assert seen[0][0] == prompts.short_answer("x", "y", "z")[0] | {"content": seen[0][0]["content"]}
     assert seen[0][0]["content"].startswith("Answer with the shortest phrase")
     assert '"Jane Roe was born in 1870 in Lisbon' in seen[0][1]["content"]
+
+
+def test_the_answer_reads_the_chain_of_answered_sub_questions(flow_settings, tmp_path):
+    """After the claims, the answer prompt lists each sub-question with its answer when that
+    answer rests on the evidence: "Midway is in Arkansas." listed beside "In which country is
+    Midway? United States" was answered "Arkansas" without it."""
+    from appliance.contracts import NodeState
+    from appliance.pipeline.synthesize import chain_listing
+
+    seen = []
+
+    def answer(messages, seed):
+        seen.append(messages[-1]["content"])
+        return ShortAnswer(answer="Lisbon")
+
+    run_fake(flow_settings, tmp_path, FakeEngine(script(answer=answer)))
+    assert "Sub-questions answered from this evidence:\n- Who founded Alpha Corp? Jane Roe" in seen[0]
+    assert seen[0].index("Sub-questions answered") > seen[0].index("Alpha Corp was founded")
+    nodes = [NodeState(id="q1", question="In which country is Midway?", answer="United States"),
+             NodeState(id="q2", question="Where is McRae?", answer="Lisbon"),
+             NodeState(id="q3", question="Who owns KAGH-FM?")]
+    evidence = "Midway is an unincorporated community in White County, Arkansas, United States"
+    assert chain_listing(nodes, evidence) == "- In which country is Midway? United States"
 
 
 def test_the_direct_answer_cites_each_hop_that_led_to_it(flow_settings, tmp_path):
@@ -861,6 +916,37 @@ def test_the_asked_form_decides_the_prompt_and_what_answers(question, form):
     assert (short_answer_or_empty("March 1842", evidence, question) == "") is (form in ("yes_no", "entity"))
     if form == "date":
         assert short_answer_or_empty("March", evidence, question) == "March"
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("In which country is Midway, in the same county as McRae?", "country"),
+    ("What county shares a border with the county in which Johnnycake is located?", "county"),
+    ("Which state is Rochester in?", "state"),
+    ("In the country that Jiménez is a part, what percentage of edits were from there?", ""),
+    ("What kind of university did the author attend?", ""),
+    ("When did the country containing Nugegoda leave the British Empire?", ""),
+])
+def test_a_question_asking_for_a_country_gets_a_country(question, kind):
+    """"In which country ...?" told only "the shortest phrase" got the city or state its
+    evidence named ("London", "Arkansas"): the prompt names the kind asked for."""
+    from appliance.pipeline import prompts
+
+    assert prompts.asked_kind(question) == kind
+    system = prompts.short_answer(question, "evidence", "2026-01-01")[0]["content"]
+    assert (f"name of the {kind} the question asks for" in system) is bool(kind)
+
+
+def test_short_answers_are_read_greedily(flow_settings, tmp_path):
+    """A node's answer and the run's are one best reading of the evidence (answer_temperature
+    0), the same on every run; the other calls keep the engine's own temperature."""
+    engine = FakeEngine(script())
+    run_fake(flow_settings, tmp_path, engine)
+    asked = dict(engine.temperatures)
+    assert asked["answer"] == 0.0 and asked["node-answer"] == 0.0
+    assert asked["extract"] is None and asked["synthesize"] is None
+    engine = FakeEngine(script())
+    run_fake(flow_settings.with_overrides({"llm.answer_temperature": 0.5}), tmp_path / "hot", engine)
+    assert {t for p, t in engine.temperatures if p in ("answer", "node-answer")} == {0.5}
 
 
 def test_yes_does_not_answer_a_where_question(flow_settings, tmp_path):

@@ -200,13 +200,14 @@ class EvalRun:
                                for i, s in enumerate(sources, start=1) if s.ok)
         messages = prompts.short_answer(item["question"], passages, _today())
         out = self.models.writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS,
-                                            purpose="rag-answer")
+                                            purpose="rag-answer", temperature=self.settings.llm.answer_temperature)
         return out.answer, [passage_id(h.url) for h in hits]
 
     def _closed_book(self, item: dict) -> str:
         messages = prompts.short_answer(item["question"], None, _today())
         out = self.models.writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS,
-                                            purpose="closed-book-answer")
+                                            purpose="closed-book-answer",
+                                            temperature=self.settings.llm.answer_temperature)
         return out.answer
 
 

@@ -18,8 +18,8 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
                          ShortAnswer, Source, bounded, quoting_extraction)
 from ..errors import SearchError, StateError
 from . import prompts
-from .quotes import (find_quote, grounded, names_unsupported, quotable_sentences, quote_context,
-                     short_answer_or_empty)
+from .quotes import (find_quote, grounded, names_unsupported, off_subject, quotable_sentences,
+                     quote_context, short_answer_or_empty)
 from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
@@ -186,7 +186,7 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
         queries = _reflect(run, node, node_claims, effort)
         if not queries:
             break
-    _conclude(run, node, node_claims, parent_text)
+    _conclude(run, node, node_claims, parent_text, query_with_answers(node, parents))
     return node_claims
 
 
@@ -349,12 +349,14 @@ def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int)
             if q.lower() not in done and not prompts.echoes_example(q, context)][:effort]
 
 
-def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: str) -> None:
+def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: str, focus: str) -> None:
     """A node ends with its short answer (what its children search and read with), findings
     (its claims) and gaps (for the gap round). The answer is read from the verbatim sentences
     its claims quote, by the same short-answer prompt as the run's final answer: a small model
-    reads far better than it restates. It must rest on those sentences, or it is not kept."""
-    relevant = [c for c in claims if c.importance != Importance.tangential]
+    reads far better than it restates. It must rest on those sentences, or it is not kept.
+    ``focus`` is the node's question with its parents' answers: the claims about what it names
+    are the ones read."""
+    relevant = about(run, focus, [c for c in claims if c.importance != Importance.tangential])
     if not relevant:
         node.findings = ""
         node.gaps = dedupe_text(node.gaps + [node.asked])
@@ -363,10 +365,25 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     evidence = node_evidence(relevant)
     question = f"{node.asked}\nEarlier answers: {earlier}" if earlier else node.asked
     out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
-              max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer")
+              max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
+              temperature=run.settings.llm.answer_temperature)
     node.answer = short_answer_or_empty(out.answer, evidence, node.asked) if out else ""
     if not node.answer:
         node.gaps = dedupe_text(node.gaps + [node.asked])
+
+
+def about(run: RunContext, focus: str, claims: list[Claim]) -> list[Claim]:
+    """The claims about what ``focus`` names (see ``quotes.off_subject``: a claim, its quote or
+    the text around it names one of its names, or the claim names nothing); all of them when
+    none is, or when the names check is off. "What country is Nugegoda in?" read from a page on
+    Nugegoda's suburb and one on Belgian colleges answered "Belgium"."""
+    if not run.settings.pipeline.name_check:
+        return claims
+    with run.sources_lock:
+        texts = {url: s.text for url, s in run.sources.items()}
+    kept = [c for c in claims if not off_subject(f"{c.text}\n{c.quote}", focus,
+                                                 quote_context(texts.get(c.source_url, ""), c.quote))]
+    return kept or claims
 
 
 def node_evidence(claims: list[Claim], limit: int = 8) -> str:

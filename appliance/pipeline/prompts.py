@@ -205,6 +205,9 @@ def is_yes_no(question: str) -> bool:
 _DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b", re.IGNORECASE)
 _ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at) (which|what) "
                            r"(country|city|state|county|town|province|region|continent|place)\b", re.IGNORECASE)
+# "In which country ...?", "What county ...?": the kind of place or body asked for, by name.
+_KIND_ASKED = re.compile(r"^\s*(?:(?:in|from|to|of|at|for|on) )?(?:which|what) (country|nation|city|state|county|"
+                         r"town|village|province|region|continent|island|river|district|borough)\b", re.IGNORECASE)
 _NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large|deep|wide)\b|"
                            r"\bwhat (percentage|percent|proportion|number|amount)\b", re.IGNORECASE)
 
@@ -236,6 +239,14 @@ _FORMS = {
 }
 
 
+def asked_kind(question: str) -> str:
+    """The kind of named thing a question opens by asking for ("country" for "In which
+    country is Midway?"), or "". Told only "the shortest phrase", a small model gives the
+    city or state its evidence names ("London", "Arkansas") for a country."""
+    match = _KIND_ASKED.search(question)
+    return match.group(1).lower() if match else ""
+
+
 def short_answer(question: str, passages: str | None, today: str) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and
@@ -244,6 +255,9 @@ def short_answer(question: str, passages: str | None, today: str) -> Messages:
     The form asked for is decided here, not left to the model: told "yes or no for a yes/no
     question", a small model answers "yes" to "Who was ...?"."""
     form = _FORMS[asked_form(question)]
+    kind = asked_kind(question)
+    if kind and asked_form(question) in ("entity", "phrase"):
+        form = f"Answer with the name of the {kind} the question asks for, nothing else. No sentence."
     if passages is None:
         return _msgs(f"{form} Today is {today}.", f"Question: {question}")
     system = f"{form} Use the evidence only, in its own words. Today is {today}."

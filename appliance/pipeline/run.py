@@ -147,7 +147,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         data.error = "; ".join(run.stats.search_error_messages[:2])
         return
     with _phase(run, "answer"):
-        data.short_answer = short_answer(run, confirmed)
+        data.short_answer = short_answer(run, confirmed, data.nodes)
         if data.short_answer:
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
                                                 claim_contexts(run, confirmed))

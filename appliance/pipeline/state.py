@@ -182,11 +182,12 @@ class Progress:
 
 
 def ask(run: "RunContext", engine, messages: list[dict], schema: type[M], *, max_tokens: int, purpose: str,
-        **extra_counts: int) -> M | None:
+        temperature: float | None = None, **extra_counts: int) -> M | None:
     """One model call that a phase can do without: on invalid output (after the engine's own
     retries) count a model failure, plus ``extra_counts``, and return None so the phase goes on."""
     try:
-        return engine.structured(messages, schema, max_tokens=max_tokens, purpose=purpose)
+        return engine.structured(messages, schema, max_tokens=max_tokens, purpose=purpose,
+                                 **({} if temperature is None else {"temperature": temperature}))
     except ModelOutputError:
         run.stats.add(model_failures=1, **extra_counts)
         return None

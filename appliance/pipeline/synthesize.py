@@ -74,23 +74,37 @@ def claim_contexts(run: RunContext, claims: list[MergedClaim]) -> dict[str, str]
                            for q in c.quotes[:MAX_ANSWER_QUOTES]) for c in claims}
 
 
-def short_answer(run: RunContext, confirmed: list[MergedClaim]) -> str:
+def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[NodeState] | None = None) -> str:
     """The direct answer (yes/no, a name, date or number) drawn from the verified claims, their
     quotes and the text around the quotes, by the same short-answer prompt the one-call
     baselines use; "" when the model gives none or one that does not rest on that evidence
-    (counted as dropped text)."""
+    (counted as dropped text). The sub-questions' answers that rest on that evidence come last:
+    the chain the plan followed ("In which country is Midway? United States"), which a small
+    model reading a list of claims ("Midway is in Arkansas.") does not rebuild on its own."""
     evidence = evidence_listing(confirmed)
     context = context_listing(confirmed, *_source_texts(run))
     if context:
         evidence += "\n\nAround the quotes, in their sources:\n" + context
+    chain = chain_listing(nodes or [], evidence)
+    if chain:
+        evidence += "\n\nSub-questions answered from this evidence:\n" + chain
     messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today)
-    out = ask(run, run.models.writer, messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose="answer")
+    out = ask(run, run.models.writer, messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose="answer",
+              temperature=run.settings.llm.answer_temperature)
     if out is None:
         return ""
     answer = short_answer_or_empty(out.answer, evidence, run.ctx.question)
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
+
+
+def chain_listing(nodes: list[NodeState], evidence: str) -> str:
+    """Each answered sub-question with its answer, one per line, when the answer rests on
+    ``evidence`` (a node's answer was read before the votes: one whose claims were all killed
+    is left out)."""
+    return "\n".join(f"- {n.asked} {n.answer}" for n in nodes
+                     if n.answer and answer_rests_on(n.answer, evidence))
 
 
 # Claims the direct answer cites per step of its chain (each answered sub-question, then the

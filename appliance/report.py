@@ -198,6 +198,7 @@ STAT_ROWS = [
     ("url_duplicates", "URL duplicates"), ("budget_drops", "fetch budget drops"),
     ("node_cap_drops", "hits over a node's source cap"),
     ("sources_fetched", "sources read"), ("sources_failed", "sources failed"),
+    ("sources_off_topic", "sources not read (no sentence near the research)"),
     ("claims_extracted", "claims extracted"), ("quotes_rejected", "quotes rejected (not in source)"),
     ("claims_from_quote", "claims restated as their quote (wording not in it)"),
     ("extraction_failures", "extractions failed"), ("claims_merged", "claims merged as duplicates"),

@@ -274,7 +274,10 @@ def test_off_topic_claims_are_tangential(flow_settings, tmp_path):
                  "importance": "central"}])
         return out
 
-    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract)))
+    # The page's first sentence bears on the research, so the page is read (see the next test).
+    pages = {**PAGES, "http://c.test/three": "Springfield is the city where Jane Roe founded Alpha Corp. "
+                                            + PAGES["http://c.test/three"]}
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract)), pages=pages)
     records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
     harbour = [r for r in records if "harbour" in r["claim"]]
     founded = [r for r in records if "founded" in r["claim"]]
@@ -283,6 +286,48 @@ def test_off_topic_claims_are_tangential(flow_settings, tmp_path):
     verified = {c["text"] for c in result.report["claims"] if c["verdict"]}
     assert "Springfield has a large harbour." not in verified and verified
     assert result.report["stats"]["claims_tangential"] >= 1
+
+
+def test_a_source_with_no_sentence_near_the_research_is_not_read(flow_settings, tmp_path):
+    """"Springfield is a city with a large harbour and a museum of pumps." comes near none of
+    the run's questions: the page is not sent to the extractor (no model call), it is recorded
+    with its relevance and counted. Jane Roe's birth page, found by "Who founded Alpha Corp?"
+    before anyone knew the founder's name, is given back unread and read by "Where was the
+    founder born?" once its focus holds "Jane Roe". With the check off every page is read by
+    the node that found it."""
+    for threshold in (0.4, 0.0):
+        read: list[tuple[str, str]] = []
+
+        def extract(messages, seed):
+            prompt = messages[-1]["content"]
+            read.append((re.search(r"Sub-question: (.*)", prompt).group(1), prompt))
+            if "Jane Roe was born in 1870" in prompt:  # the birth page, whoever reads it
+                return Extraction(source_quality="secondary", claims=[
+                    {"claim": "Jane Roe was born in Lisbon in 1870.", "quote": "Jane Roe was born in 1870 in Lisbon",
+                     "importance": "central"}])
+            return _extract(messages, seed)
+
+        settings = flow_settings.with_overrides({"pipeline.relevance_threshold": threshold,
+                                                 "state.home": str(tmp_path / str(threshold) / "home")})
+        result = run_fake(settings, tmp_path / str(threshold), FakeEngine(script(extract=extract)))
+        sources = [json.loads(line) for line in (result.run_dir / "sources.jsonl").read_text().splitlines()]
+        skipped = [r for r in sources if r.get("off_topic")]
+        stats = result.report["stats"]
+        birth = [(node, prompt) for node, prompt in read if "Jane Roe was born" in prompt]
+        assert len(birth) == 1 and any("Alpha Corp was founded" in prompt for _, prompt in read)
+        if threshold:
+            assert not any("harbour" in prompt for _, prompt in read)
+            assert {r["url"] for r in skipped} == {"http://b.test/two", "http://c.test/three"}
+            assert all(r["relevance"] < threshold for r in skipped)
+            assert [r["node"] for r in skipped if r["url"] == "http://b.test/two"] == ["q1"]
+            assert "founder born" in birth[0][0]
+            assert stats["sources_off_topic"] == len(skipped)
+            assert stats["sources_fetched"] == len(sources) - len(skipped)
+        else:
+            assert any("harbour" in prompt for _, prompt in read)
+            assert not skipped and stats["sources_off_topic"] == 0
+            assert "founded" in birth[0][0]
+        assert any(c["text"] == "Jane Roe was born in Lisbon in 1870." for c in result.report["claims"])
 
 
 def test_tangential_claims_are_not_verified(flow_settings, tmp_path):

@@ -65,7 +65,11 @@ def check_report(md_path: Path, home: Path, votes_per_claim: int = 3) -> dict:
     votes = read_jsonl(run_dir / "votes.jsonl")
     assert len(votes) == stats["votes_valid"] + stats["votes_invalid"]
     assert all(v["verdict"] in ("supported", "refuted", "insufficient", None) for v in votes)
-    assert stats["sources_fetched"] + stats["sources_failed"] == len(read_jsonl(run_dir / "sources.jsonl"))
+    # Every page a node took is one line: read, failed, or given back unread (no sentence near
+    # the research).
+    source_log = read_jsonl(run_dir / "sources.jsonl")
+    assert stats["sources_fetched"] + stats["sources_failed"] + stats["sources_off_topic"] == len(source_log)
+    assert stats["sources_off_topic"] == sum(1 for s in source_log if s.get("off_topic"))
     calls = read_jsonl(run_dir / "calls.jsonl")
     assert stats["model_calls"] + stats["cache_hits"] >= len(calls) > 0
     assert stats["cache_hits"] == sum(1 for c in calls if c["cache_hit"])

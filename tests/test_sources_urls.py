@@ -133,6 +133,18 @@ def test_budget_dropped_url_offered_again_is_a_duplicate():
     assert ledger.budget_drop_count == 1 and ledger.duplicate_count == 1
 
 
+def test_a_released_url_gives_back_its_budget_and_is_admitted_again():
+    """A page fetched but not read (nothing in it bore on the run yet) is given back: the
+    budget it took is free again, and a later node offering it gets it admitted."""
+    ledger = UrlLedger(budget=2)
+    ledger.admit([hit("https://a.example/", 1), hit("https://b.example/", 2)])
+    ledger.release("https://b.example")  # normalised like any offer
+    assert ledger.admitted_count == 1 and ledger.remaining == 1 and not ledger.is_seen("https://b.example/")
+    again = ledger.admit([hit("https://b.example/", 1), hit("https://a.example/", 2)])
+    assert [h.url for h in again] == ["https://b.example/"]
+    assert ledger.duplicate_count == 1 and ledger.remaining == 0
+
+
 def test_corpus_ids_deduplicate_exactly():
     ledger = UrlLedger(budget=5)
     ledger.admit([hit("corpus://default/p0006", 1), hit("corpus://default/p0006", 2),

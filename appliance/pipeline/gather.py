@@ -169,18 +169,23 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
     for iteration in range(iterations):
         node.queries.extend(queries)
         hits = _search(run, queries)
+        focus = query_with_answers(node, parents)
         turnstile.wait((node.id, iteration))
         try:
             admitted = _admit(run, hits, settings.sources_per_node)
+            sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
+            for hit, source in zip(admitted, sources):
+                if not source.title:
+                    source.title = hit.title
+            # In the turnstile, so which node may read a given-back page next is the same on
+            # every run.
+            bearing = [_bears_on(run, node, focus, source) for source in sources]
         finally:
             turnstile.done((node.id, iteration))
-        sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
-        for hit, source in zip(admitted, sources):
+        for source, bears in zip(sources, bearing):
             source_index += 1
-            if not source.title:
-                source.title = hit.title
-            node_claims.extend(_read_source(run, node, parent_text, source, source_index,
-                                            query_with_answers(node, parents)))
+            if bears:
+                node_claims.extend(_read_source(run, node, parent_text, source, source_index, focus))
         if iteration + 1 >= iterations:
             break
         queries = _reflect(run, node, node_claims, effort)
@@ -256,6 +261,24 @@ def _admit(run: RunContext, hits: list[Hit], cap: int) -> list[Hit]:
     return admitted
 
 
+def _bears_on(run: RunContext, node: NodeState, focus: str, source: Source) -> bool:
+    """False when no sentence of the text the extractor would read comes near anything the
+    run asks (``_nearness`` below ``relevance_threshold``): a claim quoting one would be
+    tangential, so the page is not read (no extraction call). Its URL is given back to the
+    run: a later node, knowing more (a parent's answer in its focus), may admit and read it."""
+    if not source.ok or not source.text.strip():
+        return True  # _read_source records the failure
+    text = source.text[: run.settings.pipeline.source_chars]
+    nearest = _nearness(run, focus, list(quotable_sentences(text)) or [text])
+    if nearest is None or float(nearest.max()) >= run.settings.pipeline.relevance_threshold:
+        return True
+    run.ledger.release(source.url)
+    run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json"),
+                                    "off_topic": True, "relevance": round(float(nearest.max()), 3)})
+    run.stats.add(sources_off_topic=1)
+    return False
+
+
 def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Source,
                  index: int, focus: str) -> list[Claim]:
     """Extract the claims of one source; ``focus`` is what they must bear on (the node's
@@ -320,16 +343,24 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
 
 
 def _relevance(run: RunContext, focus: str, pairs: list[tuple[str, str]]):
-    """For each (claim, quote), how near it is in meaning to what the run asks: ``focus`` (the
+    """For each (claim, quote), how near it is in meaning to what the run asks (see
+    ``_nearness``): the higher of the claim's and the quote's; None when the check is off."""
+    sims = _nearness(run, focus, [t for pair in pairs for t in pair]) if pairs else None
+    if sims is None:
+        return None
+    return [max(sims[2 * i], sims[2 * i + 1]) for i in range(len(pairs))]
+
+
+def _nearness(run: RunContext, focus: str, texts: list[str]):
+    """For each text, the highest cosine similarity with what the run asks: ``focus`` (the
     node's question with its parents' answers), the main question or another sub-question of
-    the plan (a page read for one may answer another). The highest cosine similarity of any of
-    them with the claim or its quote; None when the check is off or no embedder is at hand."""
-    if not pairs or run.embedder is None or run.settings.pipeline.relevance_threshold <= 0:
+    the plan (a page read for one may answer another). None when the check is off
+    (``relevance_threshold`` 0) or no embedder is at hand."""
+    if not texts or run.embedder is None or run.settings.pipeline.relevance_threshold <= 0:
         return None
     asks = list(dict.fromkeys([focus, run.ctx.question, *run.questions]))
-    vectors = run.embedder.encode(asks + [t for pair in pairs for t in pair])
-    sims = (vectors[len(asks):] @ vectors[:len(asks)].T).max(axis=1)
-    return [max(sims[2 * i], sims[2 * i + 1]) for i in range(len(pairs))]
+    vectors = run.embedder.encode(asks + texts)
+    return (vectors[len(asks):] @ vectors[:len(asks)].T).max(axis=1)
 
 
 def _claims_text(claims: list[Claim], limit: int = 12) -> str:

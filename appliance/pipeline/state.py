@@ -42,6 +42,7 @@ class RunStats:
     node_cap_drops: int = 0
     sources_fetched: int = 0
     sources_failed: int = 0
+    sources_off_topic: int = 0
     claims_extracted: int = 0
     quotes_rejected: int = 0
     claims_from_quote: int = 0

@@ -82,7 +82,8 @@ class UrlLedger:
 
     Every hit offered lands in exactly one list: ``admitted``, ``duplicates`` (its normalised
     URL was seen before in this run, whether fetched or not) or ``budget_drops`` (new, but
-    the budget was spent). Nothing is discarded silently.
+    the budget was spent). Nothing is discarded silently. A page fetched but not read is
+    given back (``release``): it leaves ``admitted`` and may be offered and admitted again.
     """
 
     def __init__(self, budget: int):
@@ -118,6 +119,14 @@ class UrlLedger:
                 self.admitted.append(hit)
                 newly.append(hit)
         return newly
+
+    def release(self, url: str) -> None:
+        """Give back an admitted URL that was fetched but not read: it no longer counts
+        against the budget, and a later offer of it is admitted again, not a duplicate."""
+        key = normalize_url(url)
+        with self._lock:
+            self._seen.discard(key)
+            self.admitted = [h for h in self.admitted if normalize_url(h.url) != key]
 
     def is_seen(self, url: str) -> bool:
         """Whether this URL (normalised) was already offered in this run."""

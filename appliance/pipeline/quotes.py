@@ -79,7 +79,11 @@ def find_quote(quote: str, text: str, threshold: float = 0.9) -> str | None:
 
 
 def _span(text: str, where: list[int], start: int, end: int) -> str:
-    return text[where[start]: where[end - 1] + 1].strip()
+    last = where[end - 1]
+    # A TeX-style quote (`` or '') folds to one character mapped to its first: keep both, or
+    # the span would end in half of it ("the Continent '" for "the Continent ''").
+    stop = last + 2 if text[last: last + 2] in ("``", "''") else last + 1
+    return text[where[start]: stop].strip()
 
 
 def _best_window(q: str, t: str, threshold: float) -> tuple[int, int] | None:

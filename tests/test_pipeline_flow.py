@@ -330,6 +330,27 @@ def test_a_source_with_no_sentence_near_the_research_is_not_read(flow_settings, 
         assert any(c["text"] == "Jane Roe was born in Lisbon in 1870." for c in result.report["claims"])
 
 
+def test_a_page_naming_its_subject_only_in_its_title_is_read(flow_settings, tmp_path):
+    """"It was started in 1901 by an engineer ..." names nothing the run asks about; titled
+    "Alpha Corp", the page is about the company and is read. Titled "p4", it is given back."""
+    page = "It was started in 1901 by an engineer and moved to Springfield later."
+    for url, titled in (("http://d.test/Alpha Corp", True), ("http://d.test/p4", False)):
+        read: list[str] = []
+
+        def extract(messages, seed):
+            read.append(messages[-1]["content"])
+            return _extract(messages, seed)
+
+        where = tmp_path / str(titled)
+        settings = flow_settings.with_overrides({"pipeline.relevance_threshold": 0.4,
+                                                 "state.home": str(where / "home")})
+        # The scripted fetcher titles a page with its URL's last part.
+        result = run_fake(settings, where, FakeEngine(script(extract=extract)),
+                          hits=[Hit(url=url, rank=1)], pages={url: page})
+        assert any("started in 1901" in prompt for prompt in read) is titled
+        assert (result.report["stats"]["sources_off_topic"] > 0) is not titled
+
+
 def test_tangential_claims_are_not_verified(flow_settings, tmp_path):
     def extract(messages, seed):
         out = _extract(messages, seed)

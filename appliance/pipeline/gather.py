@@ -262,14 +262,18 @@ def _admit(run: RunContext, hits: list[Hit], cap: int) -> list[Hit]:
 
 
 def _bears_on(run: RunContext, node: NodeState, focus: str, source: Source) -> bool:
-    """False when no sentence of the text the extractor would read comes near anything the
-    run asks (``_nearness`` below ``relevance_threshold``): a claim quoting one would be
-    tangential, so the page is not read (no extraction call). Its URL is given back to the
-    run: a later node, knowing more (a parent's answer in its focus), may admit and read it."""
+    """False when no sentence of the text the extractor would read, alone or after the page's
+    title, comes near anything the run asks (``_nearness`` below ``relevance_threshold``): a
+    claim quoting one would be tangential, so the page is not read (no extraction call). Its
+    URL is given back to the run: a later node, knowing more (a parent's answer in its
+    focus), may admit and read it."""
     if not source.ok or not source.text.strip():
         return True  # _read_source records the failure
     text = source.text[: run.settings.pipeline.source_chars]
-    nearest = _nearness(run, focus, list(quotable_sentences(text)) or [text])
+    sentences = list(quotable_sentences(text)) or [text]
+    # Each sentence also with the page's title before it: a page names its subject in the
+    # title and says "the river" after it ("Tikhaya Sosna River": "The river ... joins the Don").
+    nearest = _nearness(run, focus, sentences + [f"{source.title}: {s}" for s in sentences if source.title])
     if nearest is None or float(nearest.max()) >= run.settings.pipeline.relevance_threshold:
         return True
     run.ledger.release(source.url)

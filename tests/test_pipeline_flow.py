@@ -1112,3 +1112,26 @@ def test_the_direct_answer_reads_the_text_around_each_quote():
     lines = listing.splitlines()
     assert len(lines) == 2 and all(line.startswith("- Novair: ") for line in lines)  # one per window, within the total
     assert "dissolved in 1995" in lines[1]
+
+
+def test_release_all_lets_a_waiting_node_through_the_turnstile():
+    """A node waiting its turn when the run stops (a full disk fails the node before it) must
+    pass once the turnstile is opened for everyone, or the pool never winds down."""
+    import threading
+
+    from appliance.pipeline.gather import Turnstile
+
+    turnstile = Turnstile([("q1", 0), ("q2", 0)])
+    passed = threading.Event()
+
+    def second():
+        turnstile.wait(("q2", 0))
+        passed.set()
+
+    worker = threading.Thread(target=second, daemon=True)
+    worker.start()
+    assert not passed.wait(0.2)  # q1 has not passed yet
+    turnstile.release_all()
+    assert passed.wait(5)
+    worker.join(5)
+    turnstile.wait(("q1", 0))  # a released key never blocks

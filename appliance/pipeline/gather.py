@@ -42,8 +42,10 @@ class Turnstile:
         return None
 
     def wait(self, key: tuple[str, int]) -> None:
+        """Until ``key`` is the first not done, or has itself been released (``release_all``
+        marks every key done while nodes may be waiting: they must pass, not wait forever)."""
         with self._cond:
-            self._cond.wait_for(lambda: self._head() == key)
+            self._cond.wait_for(lambda: key in self._done or self._head() == key)
 
     def done(self, key: tuple[str, int]) -> None:
         with self._cond:

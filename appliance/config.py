@@ -109,6 +109,8 @@ class PipelineSettings(_Section):
     hard_max_nodes: int
     min_queries: int
     max_queries: int
+    plan_draws: int
+    plan_redraw_temperature: float
     iterations: int
     sources_per_node: int
     claims_per_source: int

@@ -194,6 +194,7 @@ def _sources(data: ReportData, cites: Citations) -> list[str]:
 STAT_ROWS = [
     ("nodes", "sub-questions researched"), ("gap_nodes", "of which from the gap round"),
     ("nodes_failed", "sub-questions failed"), ("plan_repairs", "plan repairs"),
+    ("plan_draws", "plans drawn"),
     ("searches", "searches"), ("search_errors", "search errors"), ("hits", "search hits"),
     ("url_duplicates", "URL duplicates"), ("budget_drops", "fetch budget drops"),
     ("node_cap_drops", "hits over a node's source cap"),

@@ -9,10 +9,10 @@ import re
 import pytest
 
 from appliance.config import load_settings
-from appliance.contracts import (Extraction, GapQuestions, Hit, Importance, Plan, PlanNode,
+from appliance.contracts import (Extraction, NodeState, GapQuestions, Hit, Importance, Plan, PlanNode,
                                  ReportDraft, SearchQueries, ShortAnswer, VoteRecord, VoteVerdict)
 from appliance.embed import get_embedder
-from appliance.pipeline.plan import check_plan, topo_order
+from appliance.pipeline.plan import check_plan, plan_faults, plan_research, topo_order
 from appliance.pipeline.quotes import quotable_sentences
 from appliance.pipeline.parts import Models
 from appliance.pipeline.run import research
@@ -436,6 +436,112 @@ def test_cyclic_and_oversize_plan_is_repaired():
     for node in checked.nodes:
         for dep in node.depends_on:
             assert position[dep] < position[node.id]
+
+
+def _nodes(*questions):
+    """Nodes q1, q2, ... each depending on the one before when its question uses #n."""
+    return [NodeState(id=f"q{i}", question=q, depends_on=[f"q{int(m)}" for m in re.findall(r"#(\d)", q)])
+            for i, q in enumerate(questions, start=1)]
+
+
+MIDWAY = "In which country is Midway, in the same county as McRae in the same state as KAGH-FM?"
+
+
+@pytest.mark.parametrize("question, subs, fault", [
+    # A guess: Hawaii is in no word of the question, and its names are in no sub-question.
+    (MIDWAY, ["What is the capital of Hawaii?", "What county is #1 in?"], "names hawaii"),
+    (MIDWAY, ["What is the capital of Hawaii?", "What county is #1 in?"], "no sub-question names kagh-fm, mcrae, midway"),
+    # Tied to nothing of the question: no name of it, no earlier answer, no parent.
+    ("Who wrote the book named after the artist known as the most remarkable creation of MTV?",
+     ["What is the name of the book?", "Who wrote the book about MTV's creation?"], "names nothing of the question"),
+    # A dropped hop: Saving Private Ryan is never searched.
+    ("What part of the state, in which the character played by the actor who also played Captain Miller "
+     "in Saving Private Ryan is stuck in The Terminal, is Rochester in?",
+     ["What part of the state is Rochester in?", "Who is stuck in The Terminal in #1?"],
+     "no sub-question names captain, miller, private, ryan, saving"),
+    # The whole question first, its part after it.
+    ("What kind of plane dropped the bomb on Akinoshu Kenji's birthplace?",
+     ["What kind of plane dropped the bomb on Akinoshu Kenji's birthplace?", "Where was Akinoshu Kenji born?"],
+     "is the whole question, yet other sub-questions wait on it"),
+])
+def test_plan_faults_name_what_is_wrong(question, subs, fault):
+    nodes = _nodes(*subs)
+    if "Akinoshu" in question:
+        nodes[1].depends_on = ["q1"]
+    assert any(fault in line for line in plan_faults(nodes, question)), plan_faults(nodes, question)
+
+
+@pytest.mark.parametrize("question, subs", [
+    ("Who was the first president of the association which published Journal of Psychotherapy Integration?",
+     ["Which association published Journal of Psychotherapy Integration?", "Who was the first president of #1?"]),
+    # Word forms and kinds of thing are forgiven: "Pan-African" is the question's, "County" a kind.
+    ("In which country is the representative of the country where Mount Sulivan is located in the city "
+     "where the first Pan-African conference was held?",
+     ["In which country is Mount Sulivan?", "Where was the first Pan-African conference held?",
+      "Where is the representative of #1 in #2?"]),
+    ("What county shares a border with the county in which Johnnycake, West Virginia is located?",
+     ["What County is Johnnycake, West Virginia in?", "What county borders #1?"]),
+    # A question with no names: nothing to tie to, so no fault for that.
+    ("Who formed and first arrived to the colony that became the state whose official sport is jousting?",
+     ["Which state has jousting as its official sport?", "Who formed the colony that became #1?"]),
+    # The whole question as the last node is a plan's usual close, not a fault.
+    ("Where did the band form that made the live album Maiden Japan?",
+     ["Who made the live album Maiden Japan?", "Where did the band that made Maiden Japan form?"]),
+])
+def test_fit_plans_have_no_faults(question, subs):
+    assert plan_faults(_nodes(*subs), question) == []
+
+
+def _planner(*plans):
+    """A planner that gives ``plans`` in turn, one per draw, recording each draw's seed and temperature."""
+    draws = []
+
+    def plan(messages, seed):
+        draws.append(seed)
+        return plans[min(len(draws), len(plans)) - 1]
+    return plan, draws
+
+
+GUESS = Plan(effort=1, nodes=[PlanNode(id="q1", question="Who founded Beta Inc?"),
+                               PlanNode(id="q2", question="Where was #1 born?", depends_on=["q1"])])
+FIT = Plan(effort=1, nodes=[PlanNode(id="q1", question="Who founded Alpha Corp?"),
+                             PlanNode(id="q2", question="Where was #1 born?", depends_on=["q1"])])
+
+
+def test_a_plan_with_faults_is_drawn_again_with_a_fresh_seed():
+    plan, draws = _planner(GUESS, FIT)
+    engine = FakeEngine(script(plan=plan))
+    ctx_question = "Where was the founder of Alpha Corp born?"
+    from appliance.pipeline.prompts import Context
+    drawn, checked = plan_research(engine, Context(question=ctx_question, today="2026-01-01"), 2, 3, 1, 1,
+                                   draws=3, base_seed=7, temperature=0.7)
+    assert [n.question for n in checked.nodes] == ["Who founded Alpha Corp?", "Where was #1 born?"]
+    assert len(drawn) == 2 and draws[0] is None and draws[1] is not None  # draw 1: the call's own seed
+    assert [t for p, t in engine.temperatures] == [None, 0.7]
+    assert any("plan draw 1 set aside" in r and "beta" in r for r in checked.repairs)
+
+
+def test_no_fit_plan_in_the_draws_researches_the_question_itself(flow_settings, tmp_path):
+    plan, draws = _planner(GUESS)
+    engine = FakeEngine(script(plan=plan))
+    result = run_fake(flow_settings, tmp_path, engine)
+    assert len(draws) == flow_settings.pipeline.plan_draws == 3 and len(set(draws)) == 3
+    nodes = [n["question"] for n in result.report["plan"]["nodes"] if not n["from_gap_round"]]
+    assert nodes == ["Where was the founder of Alpha Corp born?"]
+    repairs = result.report["plan"]["repairs"]
+    assert sum("set aside" in r for r in repairs) == 3 and "researching the question itself" in repairs[-1]
+    assert result.report["stats"]["plan_draws"] == 3
+
+
+def test_one_plan_draw_keeps_the_first_plan_whatever_its_faults():
+    plan, draws = _planner(GUESS, FIT)
+    engine = FakeEngine(script(plan=plan))
+    from appliance.pipeline.prompts import Context
+    drawn, checked = plan_research(engine, Context(question="Where was the founder of Alpha Corp born?",
+                                                   today="2026-01-01"), 2, 3, 1, 1, draws=1)
+    assert len(drawn) == 1
+    assert [n.question for n in checked.nodes] == ["Who founded Beta Inc?", "Where was #1 born?"]
+    assert any("kept with faults" in r and "beta" in r for r in checked.repairs)
 
 
 def test_cyclic_plan_in_a_run_is_repaired(flow_settings, tmp_path):

@@ -28,7 +28,7 @@ from . import scoring
 MODES = EVAL_MODES
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
-PIPELINE_STATS = ("nodes", "sources_fetched", "sources_off_topic", "claims_extracted", "quotes_rejected", "claims_from_quote",
+PIPELINE_STATS = ("nodes", "plan_draws", "sources_fetched", "sources_off_topic", "claims_extracted", "quotes_rejected", "claims_from_quote",
                   "claims_tangential", "claims_off_subject", "claims_merged", "claims_after_dedup", "verified",
                   "confirmed", "confirmed_verbatim", "claims_restated", "killed", "votes_skipped", "llm_busy_share", "wall_seconds")
 

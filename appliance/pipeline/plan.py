@@ -7,16 +7,109 @@ from __future__ import annotations
 
 import re
 from ..contracts import CheckedPlan, NodeState, Plan, bounded
+from ..errors import ModelOutputError
+from ..llm import derive_seed
 from . import prompts
+from .quotes import GENERIC_NAMES, content_words, name_found, names, word_found
 
 _ID_RE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-def make_plan(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int) -> Plan:
-    """Ask the planner model for a plan (raises ModelOutputError when it cannot give one)."""
+def make_plan(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int,
+              draw: int = 0, base_seed: int = 0, temperature: float | None = None) -> Plan:
+    """Ask the planner model for a plan (raises ModelOutputError when it cannot give one).
+    ``draw`` 0 is the call's own seed; draw n > 0 samples the same prompt with a seed of its
+    own (derived from ``base_seed``), at ``temperature`` (None: the setting)."""
     messages = prompts.plan(ctx, min_nodes, max_nodes)
     schema = bounded(Plan, nodes=(min(min_nodes, max_nodes), max_nodes))
-    return engine.structured(messages, schema, max_tokens=prompts.PLAN_TOKENS, purpose="plan")
+    seed = derive_seed(base_seed, messages, f"plan draw {draw}") if draw else None
+    return engine.structured(messages, schema, max_tokens=prompts.PLAN_TOKENS, purpose="plan",
+                             seed=seed, temperature=temperature if draw else None)
+
+
+def plan_research(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int, min_queries: int,
+                  max_queries: int, draws: int = 1, base_seed: int = 0,
+                  temperature: float | None = None) -> tuple[list[Plan], CheckedPlan]:
+    """Plan the question, checked and repaired; a plan with faults (``plan_faults``) is drawn
+    again, up to ``draws`` plans in all, and the first without faults is kept. When none is
+    fit, the question itself becomes the one sub-question: a search for the whole question
+    beats a search for a guess. With one draw the plan stands whatever its faults (recorded),
+    unless nothing of it is usable. Every plan set aside is named in the repairs, with its faults.
+
+    Returns the plans drawn (raw, in order) and the checked plan. Raises ModelOutputError
+    only when the first draw gives no plan at all.
+    """
+    drawn: list[Plan] = []
+    set_aside: list[str] = []
+    for draw in range(max(1, draws)):
+        try:
+            plan = make_plan(engine, ctx, min_nodes, max_nodes, draw, base_seed, temperature)
+        except ModelOutputError as exc:
+            if not drawn:
+                raise
+            set_aside.append(f"plan draw {draw + 1} gave no plan: {exc.message}")
+            break
+        drawn.append(plan)
+        checked = check_plan(plan, max_nodes, min_queries, max_queries, ctx.question)
+        faults = plan_faults(checked.nodes, ctx.question) if checked.nodes else ["no usable sub-question"]
+        if not faults or (draws <= 1 and checked.nodes):
+            # One draw allowed: the plan stands, its faults on record.
+            checked.repairs = set_aside + checked.repairs + [f"plan kept with faults: {f}" for f in faults]
+            return drawn, checked
+        set_aside += [f"plan draw {draw + 1}: {repair}" for repair in checked.repairs]
+        set_aside.append(f"plan draw {draw + 1} set aside: " + "; ".join(faults))
+    effort = min(max(drawn[0].effort, min_queries), max_queries)
+    set_aside.append("no plan without faults: researching the question itself")
+    return drawn, CheckedPlan(nodes=[NodeState(id="q1", question=ctx.question)], effort=effort,
+                              repairs=set_aside)
+
+
+# A sub-question with (this share of) every content word of the question is the question: one
+# word short ("What book was named after ..." for "Who wrote the book named after ...?") is a hop.
+_WHOLE_SHARE = 1.0
+
+
+def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
+    """What makes a checked plan unfit to research ``question``, one line each (none: fit).
+
+    A small planner loses the question's thread in ways a search cannot recover from:
+    - a sub-question names something the question does not ("What is the capital of Hawaii?"
+      for a question about KAGH-FM): it researches a guess;
+    - a sub-question names nothing of the question, uses no earlier answer and depends on no
+      node ("What is the name of the book?"): nothing ties its findings to the question;
+    - a name of the question is in no sub-question ("Saving Private Ryan" dropped): that hop
+      is never searched;
+    - a sub-question that other nodes wait on is the whole question: the parts are asked after
+      the whole they were meant to answer.
+    Word forms are forgiven as elsewhere ("Norwegian" for "Norway"); kinds of thing
+    ("County", "River") never count as names.
+    """
+    faults: list[str] = []
+    asked_names = names(question, acronyms=False)
+    asked_words = set(re.findall(r"\w+", question.lower())) | names(question, openers=True)
+    asked_content = content_words(question)
+    waited_on = {dep for node in nodes for dep in node.depends_on}
+    for node in nodes:
+        text = node.question
+        own = names(_REFERENCE.sub(" ", text), acronyms=False)
+        invented = sorted(n for n in own if not name_found(n, asked_words) and n not in GENERIC_NAMES)
+        if invented:
+            faults.append(f"{node.id} {text!r} names {', '.join(invented)}, which the question does not")
+        elif (asked_names and not _REFERENCE.search(text) and not node.depends_on
+              and not any(name_found(n, asked_names) for n in names(text, openers=True))):
+            faults.append(f"{node.id} {text!r} names nothing of the question and uses no earlier answer")
+        if node.id in waited_on and asked_content:
+            said = content_words(text)
+            if sum(1 for w in asked_content if word_found(w, said)) >= _WHOLE_SHARE * len(asked_content):
+                faults.append(f"{node.id} {text!r} is the whole question, yet other sub-questions wait on it")
+    # Covered also when a sub-question has the name as a plain word ("the Terminal" -> "terminal").
+    covered: set[str] = set()
+    for node in nodes:
+        covered |= names(node.question, openers=True) | content_words(node.question)
+    dropped = sorted(n for n in asked_names if n not in GENERIC_NAMES and not name_found(n, covered))
+    if dropped:
+        faults.append(f"no sub-question names {', '.join(dropped)}")
+    return faults
 
 
 def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,

@@ -172,7 +172,7 @@ _NO_ANSWER = re.compile(r"^(unknown|none|n/?a|not (given|known|stated|found|ment
 _YES_NO = re.compile(r"^(yes|no)\b")
 
 
-def _answer_word_found(word: str, basis: set[str]) -> bool:
+def word_found(word: str, basis: set[str]) -> bool:
     if word in basis:
         return True
     # Forms of one word ("Norway" for "Norwegian", "French" for "France") share a stem; a
@@ -192,7 +192,7 @@ def answer_rests_on(answer: str, text: str) -> bool:
     if not words:
         return False
     basis = set(_WORD.findall(text.lower()))
-    return sum(1 for w in words if _answer_word_found(w, basis)) >= 0.5 * len(words)
+    return sum(1 for w in words if word_found(w, basis)) >= 0.5 * len(words)
 
 
 def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str:
@@ -239,7 +239,7 @@ def answer_part(answer: str, question: str) -> str:
     if match and not restates(match.group("rest"), question):
         lead = content_words(match.group("lead"))
         asked = content_words(question)
-        if len(lead) >= 2 and sum(1 for w in lead if _answer_word_found(w, asked)) >= _LEAD_SHARE * len(lead):
+        if len(lead) >= 2 and sum(1 for w in lead if word_found(w, asked)) >= _LEAD_SHARE * len(lead):
             return match.group("rest").strip()
     if asked_form(question) == "date":
         dates = _DATE_PHRASE.findall(answer)
@@ -291,7 +291,7 @@ def restates(answer: str, question: str) -> bool:
     if len(words) < _RESTATED_WORDS or not question:
         return False
     asked = content_words(question)
-    return sum(1 for w in words if _answer_word_found(w, asked)) >= _RESTATED_SHARE * len(words)
+    return sum(1 for w in words if word_found(w, asked)) >= _RESTATED_SHARE * len(words)
 
 
 
@@ -329,15 +329,15 @@ def names(text: str, openers: bool = False, acronyms: bool = True) -> set[str]:
 
 # Capitalised words that name a kind of thing, not a thing: "University" in "University of
 # Tehran" and in "Rutgers University" does not put the two on one subject.
-_GENERIC_NAMES = frozenset("""university college school institute academy department science sciences
+GENERIC_NAMES = frozenset("""university college school institute academy department science sciences
 arts art association society company corporation group organisation organization committee council
 club team league party church museum library hospital county city state states province region
 district river lake mountain mount island national international royal new north south east west
 northern southern eastern western upper lower great greater saint st fort port""".split())
 
 
-def _name_found(name: str, basis: set[str]) -> bool:
-    if name in _GENERIC_NAMES:
+def name_found(name: str, basis: set[str]) -> bool:
+    if name in GENERIC_NAMES:
         return False
     return name in basis or (len(name) >= 4 and any(len(b) >= 4 and b[:4] == name[:4] for b in basis))
 
@@ -352,7 +352,7 @@ def off_subject(claim: str, chain: str, around: str = "") -> bool:
     basis = names(chain, openers=True)
     if not names(claim) or not basis:
         return False
-    return not any(_name_found(n, basis) for n in names(f"{claim}\n{around}", openers=True))
+    return not any(name_found(n, basis) for n in names(f"{claim}\n{around}", openers=True))
 
 
 # The text around each quoted sentence that the direct answer reads: a verified sentence
@@ -387,5 +387,5 @@ def names_unsupported(claim: str, source_text: str) -> bool:
     Amsterdam" puts the sub-question's subject on another's fact. Kinds of thing
     ("University") and initials do not count."""
     basis = names(source_text, openers=True)
-    own = {n for n in names(claim, openers=True, acronyms=False) if len(n) >= 2 and n not in _GENERIC_NAMES}
-    return any(not _name_found(n, basis) for n in own)
+    own = {n for n in names(claim, openers=True, acronyms=False) if len(n) >= 2 and n not in GENERIC_NAMES}
+    return any(not name_found(n, basis) for n in own)

@@ -23,7 +23,7 @@ from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
 from .quotes import off_subject
-from .plan import check_plan, make_plan, topo_order
+from .plan import plan_research, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
 from .verify import is_verbatim, verbatim_verdict, verify_claims
@@ -101,23 +101,19 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
     settings = run.settings.pipeline
     with _phase(run, "plan"):
         try:
-            plan = make_plan(run.models.planner, run.ctx, settings.min_nodes,
-                             min(settings.max_nodes, settings.hard_max_nodes))
+            drawn, checked = plan_research(
+                run.models.planner, run.ctx, settings.min_nodes, min(settings.max_nodes, settings.hard_max_nodes),
+                settings.min_queries, settings.max_queries, settings.plan_draws, run.settings.llm.seed,
+                settings.plan_redraw_temperature)
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.plan_failed, f"planning failed: {exc.message}"
             return
-        checked = check_plan(plan, min(settings.max_nodes, settings.hard_max_nodes),
-                             settings.min_queries, settings.max_queries, run.ctx.question)
-        if not checked.nodes:
-            # Nothing of the plan was usable (a small model may only echo its example): the
-            # question itself becomes the one sub-question rather than the run ending here.
-            checked.nodes = [NodeState(id="q1", question=run.ctx.question)]
-            checked.repairs.append("no usable sub-question in the plan: researching the question itself")
         nodes = topo_order(checked.nodes)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
         run.questions = [n.question for n in nodes]
-        run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes))
-        run.recorder.write_json("plan.json", {"raw": plan.model_dump(mode="json"), "effort": checked.effort,
+        run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes), plan_draws=len(drawn))
+        run.recorder.write_json("plan.json", {"raw": drawn[-1].model_dump(mode="json"),
+                                              "drawn": [p.model_dump(mode="json") for p in drawn], "effort": checked.effort,
                                               "repairs": checked.repairs,
                                               "nodes": [n.model_dump(mode="json") for n in nodes]})
     with _phase(run, "gather"):

@@ -34,6 +34,7 @@ class RunStats:
     gap_nodes: int = 0
     nodes_failed: int = 0
     plan_repairs: int = 0
+    plan_draws: int = 0
     searches: int = 0
     search_errors: int = 0
     hits: int = 0

@@ -25,7 +25,7 @@ DATASET ?= $(BENCH)
 Q ?=
 N ?= 10
 
-.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes bench-peers clean batch eval
+.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes bench-plan bench-peers clean batch eval
 
 install: deps models demo-corpus ## virtual environment, every dependency, the default models, the demo corpus
 	@$(BIN)/appliance doctor || true
@@ -71,6 +71,9 @@ bench-pipeline:
 	$(PY) scripts/bench_pipeline.py --limit $(N)
 
 # Verification alone: the labelled vote set (tests/data/votes.jsonl) through each model's votes.
+bench-plan:
+	$(PY) scripts/bench_plan.py $(if $(N),--limit $(N))
+
 bench-votes:
 	$(PY) scripts/bench_votes.py
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -133,6 +134,10 @@ class CorpusService:
         return passage_html(record.title or record.id, record.text)
 
 
+# How long a closing connection still reads (and drops) what its client sends.
+LINGER_SECONDS = 1.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"
@@ -205,6 +210,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_request(self, code="-", size="-") -> None:
         pass  # do_GET logs one line per request itself, with its outcome
+
+    def finish(self) -> None:
+        # Lingering close: a request refused before it was read whole (a request line over
+        # http.server's 64 KB limit) leaves bytes unread, and closing a socket on unread bytes
+        # sends a reset that can destroy the error answer before the client reads it. So our
+        # side is shut for writing and what the client still sends is read and dropped, for at
+        # most LINGER_SECONDS.
+        super().finish()
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(LINGER_SECONDS)
+            deadline = time.monotonic() + LINGER_SECONDS
+            while time.monotonic() < deadline and self.connection.recv(65536):
+                pass
+        except OSError:
+            pass
 
 
 class _Server(ThreadingHTTPServer):

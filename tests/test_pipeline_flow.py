@@ -484,6 +484,9 @@ def test_plan_faults_name_what_is_wrong(question, subs, fault):
     # A question with no names: nothing to tie to, so no fault for that.
     ("Who formed and first arrived to the colony that became the state whose official sport is jousting?",
      ["Which state has jousting as its official sport?", "Who formed the colony that became #1?"]),
+    # Capitalised kinds of thing are not names to tie to ("City", "State").
+    ("What is the largest City in the State whose capital stands on a lake?",
+     ["Which state has its capital on a lake?", "What is the largest city in #1?"]),
     # The whole question as the last node is a plan's usual close, not a fault.
     ("Where did the band form that made the live album Maiden Japan?",
      ["Who made the live album Maiden Japan?", "Where did the band that made Maiden Japan form?"]),

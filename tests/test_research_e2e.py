@@ -21,7 +21,7 @@ HEADINGS = ["# Deep Dive:", "## Answer", "## Executive Summary", "## Findings", 
             "## Sources", "## Run statistics"]
 
 
-def check_report(md_path: Path, home: Path, votes_per_claim: int = 3) -> dict:
+def check_report(md_path: Path, home: Path, votes_per_claim: int = 3, settings_draws: int = 3) -> dict:
     """Everything a report promises, checked against the run folder's own records."""
     md = md_path.read_text(encoding="utf-8")
     report = json.loads(md_path.with_suffix(".json").read_text(encoding="utf-8"))
@@ -75,6 +75,15 @@ def check_report(md_path: Path, home: Path, votes_per_claim: int = 3) -> dict:
     assert stats["cache_hits"] == sum(1 for c in calls if c["cache_hit"])
     assert stats["tokens_evaluated"] <= stats["tokens_submitted"]
     assert 0 < stats["llm_busy_share"] <= 1.0
+    # Planning: one plan call per draw, every draw recorded, each draw but a kept last one set
+    # aside with its faults named (the real model's plans go through the same checks).
+    plan_record = json.loads((run_dir / "plan.json").read_text())
+    draws = stats["plan_draws"]
+    assert 1 <= draws <= settings_draws and len(plan_record["drawn"]) == draws
+    assert sum(1 for c in calls if c["purpose"] == "plan") == draws
+    set_aside = [r for r in report["plan"]["repairs"] if " set aside: " in r]
+    fell_back = any("researching the question itself" in r for r in report["plan"]["repairs"])
+    assert len(set_aside) == (draws if fell_back else draws - 1)
     confirmed = {c["id"] for c in report["claims"] if c["verdict"] and c["verdict"]["confirmed"]}
     for finding in report["findings"]:
         for statement in finding["statements"]:

@@ -64,11 +64,6 @@ def plan_research(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int, 
                               repairs=set_aside)
 
 
-# A sub-question with (this share of) every content word of the question is the question: one
-# word short ("What book was named after ..." for "Who wrote the book named after ...?") is a hop.
-_WHOLE_SHARE = 1.0
-
-
 def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
     """What makes a checked plan unfit to research ``question``, one line each (none: fit).
 
@@ -80,12 +75,13 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
     - a name of the question is in no sub-question ("Saving Private Ryan" dropped): that hop
       is never searched;
     - a sub-question that other nodes wait on is the whole question: the parts are asked after
-      the whole they were meant to answer.
+      the whole they were meant to answer. Only a copy with every content word counts: one word
+    short ("What book was named after ...?" for "Who wrote the book named after ...?") is a hop.
     Word forms are forgiven as elsewhere ("Norwegian" for "Norway"); kinds of thing
     ("County", "River") never count as names.
     """
     faults: list[str] = []
-    asked_names = names(question, acronyms=False)
+    asked_names = {n for n in names(question, acronyms=False) if n not in GENERIC_NAMES}
     asked_words = set(re.findall(r"\w+", question.lower())) | names(question, openers=True)
     asked_content = content_words(question)
     waited_on = {dep for node in nodes for dep in node.depends_on}
@@ -100,13 +96,13 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
             faults.append(f"{node.id} {text!r} names nothing of the question and uses no earlier answer")
         if node.id in waited_on and asked_content:
             said = content_words(text)
-            if sum(1 for w in asked_content if word_found(w, said)) >= _WHOLE_SHARE * len(asked_content):
+            if all(word_found(w, said) for w in asked_content):
                 faults.append(f"{node.id} {text!r} is the whole question, yet other sub-questions wait on it")
     # Covered also when a sub-question has the name as a plain word ("the Terminal" -> "terminal").
     covered: set[str] = set()
     for node in nodes:
         covered |= names(node.question, openers=True) | content_words(node.question)
-    dropped = sorted(n for n in asked_names if n not in GENERIC_NAMES and not name_found(n, covered))
+    dropped = sorted(n for n in asked_names if not name_found(n, covered))
     if dropped:
         faults.append(f"no sub-question names {', '.join(dropped)}")
     return faults

@@ -13,6 +13,7 @@ import pytest
 #   musique_corpus    (settings, corpus name): the musique-dev corpus ingested once a session
 # The servers themselves live in tests/sources_harness.py (also used by scripts/bench_sources.py).
 
+import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import sources_harness  # noqa: E402
@@ -39,7 +40,9 @@ def cached_calls(home: Path) -> int:
             return conn.execute("SELECT count(*) FROM calls").fetchone()[0]
     except sqlite3.Error:
         return 0
-MUSIQUE_CORPUS = REPO.parent / "shared" / "bench" / "musique-dev" / "corpus.jsonl"
+# The bench folder: APPLIANCE_BENCH (`make test BENCH=DIR` sets it), else beside the checkout.
+BENCH_DIR = Path(os.environ.get("APPLIANCE_BENCH") or REPO.parent / "shared" / "bench" / "musique-dev")
+MUSIQUE_CORPUS = BENCH_DIR / "corpus.jsonl"
 
 
 # Tests run on the fast test model, named for every role: the manifest's default (the 1.5B
@@ -147,7 +150,6 @@ def corpus_home(musique_corpus, tmp_path):
 # batch workers), which load tests/netguard/sitecustomize.py through PYTHONPATH.
 # tests/test_no_network.py checks the guard itself.
 
-import os  # noqa: E402
 
 from netguard import loopback_guard  # noqa: E402
 

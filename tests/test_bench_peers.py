@@ -43,7 +43,7 @@ def test_peer_answer_scored_by_the_appliance_scorer():
 
 @pytest.mark.slow
 def test_dry_run_checks_every_step_and_runs_no_model(tmp_path):
-    bench = REPO.parent / "shared" / "bench" / "musique-dev"
+    from conftest import BENCH_DIR as bench
     if not bench.is_dir():
         pytest.skip(f"{bench} not found")
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_peers.py"), "--dataset", str(bench),

@@ -13,7 +13,7 @@ from appliance.cli import main
 from appliance.evaluation import scoring
 from appliance.evaluation.runner import aggregate, passage_id, quote_faithfulness
 
-BENCH = Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "musique-dev"
+from conftest import BENCH_DIR as BENCH
 
 
 # ------------------------------------------------------------------ scoring, by hand

@@ -50,7 +50,7 @@ demo-corpus: venv
 
 test: ## the type check, then the whole test suite (real model, real LanceDB, real SearXNG on loopback)
 	$(PY) -m mypy
-	APPLIANCE_BENCH="$(abspath $(BENCH))" $(PY) -m pytest tests
+	TEST_BENCH_DIR="$(abspath $(BENCH))" $(PY) -m pytest tests
 
 run: ## make run Q="your question"
 	@test -n "$(Q)" || { echo 'usage: make run Q="your question"' >&2; exit 2; }

@@ -40,8 +40,8 @@ def cached_calls(home: Path) -> int:
             return conn.execute("SELECT count(*) FROM calls").fetchone()[0]
     except sqlite3.Error:
         return 0
-# The bench folder: APPLIANCE_BENCH (`make test BENCH=DIR` sets it), else beside the checkout.
-BENCH_DIR = Path(os.environ.get("APPLIANCE_BENCH") or REPO.parent / "shared" / "bench" / "musique-dev")
+# The bench folder: TEST_BENCH_DIR (`make test BENCH=DIR` sets it), else beside the checkout.
+BENCH_DIR = Path(os.environ.get("TEST_BENCH_DIR") or REPO.parent / "shared" / "bench" / "musique-dev")
 MUSIQUE_CORPUS = BENCH_DIR / "corpus.jsonl"
 
 

@@ -12,14 +12,24 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .contracts import PROFILES, Backend, Profile
 from .errors import ConfigError, StateError
 
 DEFAULT_CONFIG_FILE = Path("config") / "appliance.toml"
+
+
+# Ranges: a count that must be at least one (0 votes would confirm nothing, 0 sources read
+# nothing), one that may be zero (0 gap questions turns the round off), a share or cosine
+# similarity in [0, 1], a sampling temperature, a time in seconds.
+Count = Annotated[int, Field(ge=1)]
+Zeroable = Annotated[int, Field(ge=0)]
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+Seconds = Annotated[float, Field(gt=0.0)]
 
 
 class _Section(BaseModel):
@@ -46,48 +56,48 @@ class ModelsSettings(_Section):
 
 
 class LlmSettings(_Section):
-    n_ctx: int
-    n_threads: int
-    n_batch: int
-    temperature: float
-    vote_temperature: float
-    answer_temperature: float
-    top_p: float
+    n_ctx: Annotated[int, Field(ge=256)]
+    n_threads: Zeroable
+    n_batch: Count
+    temperature: Temperature
+    vote_temperature: Temperature
+    answer_temperature: Temperature
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)]
     seed: int
-    max_retries: int
-    max_output_tokens: int
+    max_retries: Zeroable
+    max_output_tokens: Count
     cache: bool
 
 
 class EmbedSettings(_Section):
     model_path: str
-    batch_size: int
-    threads: int
+    batch_size: Count
+    threads: Zeroable
 
 
 class SearchSettings(_Section):
     backend: Backend
     corpus: str
-    results_per_query: int
+    results_per_query: Count
 
 
 class SearxngSettings(_Section):
     url: str
-    timeout: float
+    timeout: Seconds
     categories: str
     language: str
     time_range: str
 
 
 class FetchSettings(_Section):
-    budget: int
-    connect_timeout: float
-    read_timeout: float
-    total_timeout: float
-    max_bytes: int
-    max_redirects: int
-    per_host: int
-    workers: int
+    budget: Count
+    connect_timeout: Seconds
+    read_timeout: Seconds
+    total_timeout: Seconds
+    max_bytes: Count
+    max_redirects: Zeroable
+    per_host: Count
+    workers: Count
     allow_pdf: bool
     allow_hosts: list[str]
     user_agent: str
@@ -95,38 +105,49 @@ class FetchSettings(_Section):
 
 
 class CorpusSettings(_Section):
-    chunk_chars: int
-    paragraph_max_chars: int
-    candidates: int
-    rrf_k: int
-    ann_min_rows: int
+    chunk_chars: Annotated[int, Field(ge=100)]
+    paragraph_max_chars: Count
+    candidates: Count
+    rrf_k: Count
+    ann_min_rows: Zeroable
 
 
 class PipelineSettings(_Section):
     profile: Profile
-    min_nodes: int
-    max_nodes: int
-    hard_max_nodes: int
-    min_queries: int
-    max_queries: int
-    plan_draws: int
-    plan_redraw_temperature: float
-    iterations: int
-    sources_per_node: int
-    claims_per_source: int
-    source_chars: int
+    min_nodes: Count
+    max_nodes: Count
+    hard_max_nodes: Count
+    min_queries: Count
+    max_queries: Count
+    plan_draws: Count
+    plan_redraw_temperature: Temperature
+    iterations: Count
+    sources_per_node: Count
+    claims_per_source: Count
+    source_chars: Annotated[int, Field(ge=100)]
     quote_sentences: bool
-    quote_similarity: float
-    relevance_threshold: float
+    quote_similarity: Annotated[float, Field(gt=0.0, le=1.0)]
+    relevance_threshold: Share
     name_check: bool
-    dedup_threshold: float
-    verify_top: int
-    votes: int
-    refutations_to_kill: int
-    min_valid_votes: int
+    dedup_threshold: Share
+    verify_top: Count
+    votes: Count
+    refutations_to_kill: Count
+    min_valid_votes: Count
     vote_verbatim: bool
     restate_killed: bool
-    gap_questions: int
+    gap_questions: Zeroable
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PipelineSettings":
+        # Each pair is (the smaller, the larger): votes that can never reach min_valid_votes
+        # would leave every claim unconfirmed, and say nothing about why.
+        for low, high in (("min_nodes", "max_nodes"), ("min_queries", "max_queries"),
+                          ("min_valid_votes", "votes"), ("refutations_to_kill", "votes")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{low} ({getattr(self, low)}) is more than {high} ({getattr(self, high)}) "
+                                 f"with profile {self.profile}")
+        return self
 
 
 class SettingsModel(BaseModel):
@@ -161,8 +182,11 @@ class Settings:
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-            raise ConfigError(f"setting '{where}': {err.get('msg', 'invalid')} (got {err.get('input')!r})",
-                              hint="see appliance/defaults.toml for the allowed values") from None
+            if err.get("type") == "value_error":  # a check across settings: the message names them
+                message = f"settings of [{where}]: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}"
+            else:
+                message = f"setting '{where}': {err.get('msg', 'invalid')} (got {err.get('input')!r})"
+            raise ConfigError(message, hint="see appliance/defaults.toml for the allowed values") from None
         object.__setattr__(self, "typed", typed)
 
     @property

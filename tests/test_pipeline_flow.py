@@ -1227,6 +1227,37 @@ def test_the_direct_answer_reads_the_text_around_each_quote():
     assert "dissolved in 1995" in lines[1]
 
 
+def test_a_node_answer_reads_the_sentences_around_its_quotes_each_once():
+    """The extractor quoted the sentence naming the subject; the next one answers. The node's
+    answer reads both, per source in order, overlapping stretches once, within its budget."""
+    from appliance.contracts import Claim, Importance, SourceQuality
+    from appliance.pipeline.gather import node_evidence
+    from appliance.pipeline.quotes import passage_around
+
+    text = ("The formal study of adolescent psychology began with G. Stanley Hall's Adolescence in 1904. "
+            "Hall, who was the first president of the American Psychological Association, viewed it as turmoil. "
+            + "Filler words here. " * 40 + "Hall died in 1924.")
+    first = "The formal study of adolescent psychology began with G. Stanley Hall's Adolescence in 1904."
+    assert passage_around(text, [first, first]).count("first president") == 1
+    far = passage_around(text, [first, "Hall died in 1924."], chars=60)
+    assert far.startswith("The formal") and " ... " in far and far.endswith("Hall died in 1924.")
+    assert passage_around(text, ["not in the text"]) == ""
+
+    def claim(n, url, quote, title="Adolescence"):
+        return Claim(id=f"q2-s1-c{n}", node_id="q2", text="x", quote=quote, source_url=url, source_title=title,
+                     importance=Importance.central, source_quality=SourceQuality.primary)
+
+    other = "The APA was founded in July 1892 at Clark University."
+    claims = [claim(1, "u1", first), claim(2, "u2", other, "APA"), claim(3, "u1", first)]
+    evidence = node_evidence(claims, {"u1": text, "u2": other})
+    lines = evidence.splitlines()
+    assert lines[0].startswith("[1] Adolescence: The formal") and "first president of the American" in lines[0]
+    assert lines[1] == f"[2] APA: {other}" and len(lines) == 2
+    # No text at hand, or past the budget: the quotes alone.
+    assert node_evidence(claims, {}) == f"[1] Adolescence: {first}\n[2] APA: {other}"
+    assert "first president" not in node_evidence(claims, {"u1": text}, total=100)
+
+
 def test_release_all_lets_a_waiting_node_through_the_turnstile():
     """A node waiting its turn when the run stops (a full disk fails the node before it) must
     pass once the turnstile is opened for everyone, or the pool never winds down."""

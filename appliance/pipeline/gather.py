@@ -18,8 +18,8 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
                          ShortAnswer, Source, bounded, quoting_extraction)
 from ..errors import SearchError, StateError
 from . import prompts
-from .quotes import (find_quote, grounded, names_unsupported, off_subject, quotable_sentences,
-                     quote_context, short_answer_or_empty)
+from .quotes import (find_quote, grounded, names_unsupported, off_subject, passage_around,
+                     quotable_sentences, quote_context, short_answer_or_empty)
 from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
@@ -399,7 +399,9 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
         node.gaps = dedupe_text(node.gaps + [node.asked])
         return
     node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
-    evidence = node_evidence(relevant)
+    with run.sources_lock:
+        texts = {url: s.text for url, s in run.sources.items() if s.ok}
+    evidence = node_evidence(relevant, texts)
     question = f"{node.asked}\nEarlier answers: {earlier}" if earlier else node.asked
     out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
               max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
@@ -423,17 +425,39 @@ def about(run: RunContext, focus: str, claims: list[Claim]) -> list[Claim]:
     return kept or claims
 
 
-def node_evidence(claims: list[Claim], limit: int = 8) -> str:
-    """The distinct sentences a node's claims quote, numbered, each with its source's title."""
-    lines: list[str] = []
-    seen: set[str] = set()
+# Characters of its sources a node's answer reads at most (about 600 tokens).
+NODE_EVIDENCE_CHARS = 2400
+
+
+def node_evidence(claims: list[Claim], texts: dict[str, str] | None = None, limit: int = 8,
+                  total: int = NODE_EVIDENCE_CHARS) -> str:
+    """What a node's answer reads: per source (in the order of its claims), the sentences its
+    claims quote with the text around them (``quotes.passage_around``), numbered, with the
+    source's title; at most ``limit`` quotes and about ``total`` characters. The extractor
+    often quotes the sentence that names the subject and not the next one, which answers
+    ("G. Stanley Hall's Adolescence ..." quoted, "Hall, who was the first president of the
+    American Psychological Association, ..." not): the answer reads both. A source whose text
+    is not at hand, or whose passage would pass ``total``, gives its quotes alone."""
+    texts = texts or {}
+    quotes: dict[str, list[str]] = {}
+    titles: dict[str, str] = {}
+    count = 0
     for claim in claims:
-        if claim.quote in seen:
+        mine = quotes.setdefault(claim.source_url, [])
+        titles.setdefault(claim.source_url, claim.source_title or "untitled")
+        if claim.quote not in mine and count < limit:
+            mine.append(claim.quote)
+            count += 1
+    lines: list[str] = []
+    used = 0
+    for url, mine in quotes.items():
+        if not mine:
             continue
-        seen.add(claim.quote)
-        lines.append(f"[{len(lines) + 1}] {claim.source_title or 'untitled'}: {claim.quote}")
-        if len(lines) >= limit:
-            break
+        passage = passage_around(texts.get(url, ""), mine)
+        if not passage or used + len(passage) > total:
+            passage = " ".join(mine)
+        used += len(passage)
+        lines.append(f"[{len(lines) + 1}] {titles[url]}: {passage}")
     return "\n".join(lines)
 
 

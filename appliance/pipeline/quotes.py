@@ -367,7 +367,12 @@ def quote_context(text: str, quote: str, chars: int = CONTEXT_CHARS) -> str:
     at = text.find(quote)
     if at < 0:
         return ""
-    stop = at + len(quote)
+    start, end = _around(text, at, at + len(quote), chars)
+    return " ".join(text[start:end].split())
+
+
+def _around(text: str, at: int, stop: int, chars: int) -> tuple[int, int]:
+    """The span of ``text[at:stop]`` widened by up to ``chars`` on each side, to sentence ends."""
     start, end = max(0, at - chars), min(len(text), stop + chars)
     if start > 0:
         cuts = [m.end() for m in _SENTENCE_END.finditer(text, start, at)]
@@ -377,7 +382,26 @@ def quote_context(text: str, quote: str, chars: int = CONTEXT_CHARS) -> str:
         cuts = [m.start() + 1 for m in _SENTENCE_END.finditer(text, stop, end)]
         space = text.rfind(" ", stop, end)
         end = cuts[-1] if cuts else (space if space >= 0 else stop)
-    return " ".join(text[start:end].split())
+    return start, end
+
+
+def passage_around(text: str, quotes: list[str], chars: int = CONTEXT_CHARS) -> str:
+    """The quoted sentences of one source with the text around each (see ``quote_context``),
+    in the source's order, overlapping stretches joined and others separated by "...": what
+    a reader of the quotes needs to see of their source, each sentence once. Quotes not in
+    ``text`` as written are left out."""
+    spans: list[tuple[int, int]] = []
+    for quote in quotes:
+        at = text.find(quote)
+        if at >= 0:
+            spans.append(_around(text, at, at + len(quote), chars))
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return " ... ".join(" ".join(text[start:end].split()) for start, end in merged)
 
 
 def names_unsupported(claim: str, source_text: str) -> bool:

@@ -70,10 +70,8 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
     A small planner loses the question's thread in ways a search cannot recover from:
     - a sub-question names something the question does not ("What is the capital of Hawaii?"
       for a question about KAGH-FM): it researches a guess;
-    - a sub-question names nothing of the question and uses no earlier answer as #n ("What is
-      the name of the book?"; "When was another sport started?" after "What sport did David
-      Jones play?"): nothing ties its findings to the question, and a listed dependency does
-      not say which thing of the parent's answer it asks about;
+    - a sub-question names nothing of the question, uses no earlier answer and depends on no
+      node ("What is the name of the book?"): nothing ties its findings to the question;
     - a name of the question is in no sub-question ("Saving Private Ryan" dropped): that hop
       is never searched;
     - a sub-question that other nodes wait on is the whole question: the parts are asked after
@@ -93,11 +91,9 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
         invented = sorted(n for n in own if not name_found(n, asked_words) and n not in GENERIC_NAMES)
         if invented:
             faults.append(f"{node.id} {text!r} names {', '.join(invented)}, which the question does not")
-        elif (asked_names and not _REFERENCE.search(text)
+        elif (asked_names and not _REFERENCE.search(text) and not node.depends_on
               and not any(name_found(n, asked_names) for n in names(text, openers=True))):
-            faults.append(f"{node.id} {text!r} names nothing of the question and uses no earlier answer"
-                          + (f" (it depends on {', '.join(node.depends_on)} but never says #n)"
-                             if node.depends_on else ""))
+            faults.append(f"{node.id} {text!r} names nothing of the question and uses no earlier answer")
         if node.id in waited_on and asked_content:
             said = content_words(text)
             if all(word_found(w, said) for w in asked_content):

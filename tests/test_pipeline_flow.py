@@ -1217,10 +1217,19 @@ def test_the_direct_answer_reads_the_text_around_each_quote():
     claims = [MergedClaim(id=f"m{i}", text="x", importance=Importance.central, source_quality=SourceQuality.primary,
                           quotes=[QuoteRef(source_url="http://a.test", quote=q)], members=[f"m{i}"], node_ids=["q1"])
               for i, q in enumerate([quote, quote, "It was dissolved in 1995.", "The group sold it in 1990."])]
-    listing = context_listing(claims, {"http://a.test": text}, {"http://a.test": "Novair"}, total=600)
+    listing = context_listing(claims, {"http://a.test": text}, {"http://a.test": "Novair"}, total=1200)
     lines = listing.splitlines()
-    assert len(lines) == 2 and all(line.startswith("- Novair: ") for line in lines)  # one per window, within the total
-    assert "dissolved in 1995" in lines[1]
+    # One line per source: both stretches of it, the sentence quoted twice once, in the source's order.
+    assert len(lines) == 1 and lines[0].startswith("- Novair: Novair was a British airline.")
+    assert lines[0].count("Nordstjernan") == 1 and " ... " in lines[0] and lines[0].endswith("dissolved in 1995.")
+    other = claims + [MergedClaim(id="m9", text="x", importance=Importance.central, source_quality=SourceQuality.primary,
+                                  quotes=[QuoteRef(source_url="http://b.test", quote="Sweden lies north.")],
+                                  members=["m9"], node_ids=["q1"])]
+    both = context_listing(other, {"http://a.test": text, "http://b.test": "Sweden lies north."},
+                           {"http://a.test": "Novair"}, total=len(lines[0]))
+    assert both.splitlines() == [lines[0]]  # the second source would pass the total
+    assert context_listing(other, {"http://a.test": text, "http://b.test": "Sweden lies north."}, {}, total=1200)\
+        .endswith("- untitled: Sweden lies north.")
 
 
 def test_a_node_answer_reads_the_sentences_around_its_quotes_each_once():

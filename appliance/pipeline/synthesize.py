@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
-from .quotes import answer_rests_on, grounded, quote_context, short_answer_or_empty
+from .quotes import answer_rests_on, grounded, passage_around, quote_context, short_answer_or_empty
 from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
@@ -44,19 +44,24 @@ CONTEXT_TOTAL = 2400
 
 def context_listing(claims: list[MergedClaim], texts: dict[str, str], title: dict[str, str],
                     total: int = CONTEXT_TOTAL) -> str:
-    """The passages around the verified claims' quotes, best-ranked claims first, one per
-    quote, at most ``total`` characters in all."""
-    lines: list[str] = []
-    seen: set[str] = set()
-    used = 0
+    """The text around the verified claims' quotes, one line per source (sources in the order
+    of their best-ranked claim): its quoted sentences with their neighbours, overlapping
+    stretches once (``quotes.passage_around``); a source whose passage would pass ``total``
+    characters in all is left out."""
+    by_source: dict[str, list[str]] = {}
     for claim in claims:
         for ref in claim.quotes[:MAX_ANSWER_QUOTES]:
-            window = quote_context(texts.get(ref.source_url, ""), ref.quote)
-            if not window or window in seen or used + len(window) > total:
-                continue
-            seen.add(window)
-            used += len(window)
-            lines.append(f"- {title.get(ref.source_url) or 'untitled'}: {window}")
+            mine = by_source.setdefault(ref.source_url, [])
+            if ref.quote not in mine:
+                mine.append(ref.quote)
+    lines: list[str] = []
+    used = 0
+    for url, quotes in by_source.items():
+        passage = passage_around(texts.get(url, ""), quotes)
+        if not passage or used + len(passage) > total:
+            continue
+        used += len(passage)
+        lines.append(f"- {title.get(url) or 'untitled'}: {passage}")
     return "\n".join(lines)
 
 

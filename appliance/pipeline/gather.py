@@ -415,13 +415,16 @@ def about(run: RunContext, focus: str, claims: list[Claim]) -> list[Claim]:
     """The claims about what ``focus`` names (see ``quotes.off_subject``: a claim, its quote or
     the text around it names one of its names, or the claim names nothing); all of them when
     none is, or when the names check is off. "What country is Nugegoda in?" read from a page on
-    Nugegoda's suburb and one on Belgian colleges answered "Belgium"."""
+    Nugegoda's suburb and one on Belgian colleges answered "Belgium". The page's title counts
+    as text around the quote: a page names its subject in the title and says "he" after it
+    ("Mozart already had excellent vocal writing skills" on the page "Bastien und Bastienne")."""
     if not run.settings.pipeline.name_check:
         return claims
     with run.sources_lock:
         texts = {url: s.text for url, s in run.sources.items()}
-    kept = [c for c in claims if not off_subject(f"{c.text}\n{c.quote}", focus,
-                                                 quote_context(texts.get(c.source_url, ""), c.quote))]
+    kept = [c for c in claims if not off_subject(
+        f"{c.text}\n{c.quote}", focus,
+        f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}")]
     return kept or claims
 
 

@@ -73,10 +73,11 @@ def _source_texts(run: RunContext) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def claim_contexts(run: RunContext, claims: list[MergedClaim]) -> dict[str, str]:
-    """Per claim id, the text around its quotes in their sources (see ``quote_context``)."""
-    texts, _ = _source_texts(run)
-    return {c.id: " ".join(quote_context(texts.get(q.source_url, ""), q.quote)
-                           for q in c.quotes[:MAX_ANSWER_QUOTES]) for c in claims}
+    """Per claim id, the text around its quotes in their sources (see ``quote_context``), each
+    after its source's title (a page names its subject in its title, "he" after it)."""
+    texts, titles = _source_texts(run)
+    return {c.id: "\n".join(f"{titles.get(q.source_url) or ''}\n{quote_context(texts.get(q.source_url, ''), q.quote)}"
+                            for q in c.quotes[:MAX_ANSWER_QUOTES]) for c in claims}
 
 
 def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[NodeState] | None = None) -> str:

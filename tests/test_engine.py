@@ -581,6 +581,38 @@ def test_prefill_plan_never_decodes_a_single_prompt_token():
             assert all(2 <= c <= 512 for c in plan.chunks) and plan.chunks[-1] == 2
 
 
+def test_reuse_stops_where_the_prompts_own_chunks_would_start_again():
+    """A cached prefix is reused up to a boundary of the chunks the prompt makes on its own
+    (from the end of its head, or its start, in steps of n_batch): llama.cpp's numbers for a
+    position depend slightly on its chunk, so a prefix another prompt left, chunked where that
+    prompt's text ended, would make this prompt's output depend on what ran before it."""
+    from appliance.llm.native import aligned_keep
+
+    assert aligned_keep(5, 0, 512) == 0            # the chat template's opening: not reused
+    assert aligned_keep(700, 0, 512) == 512
+    assert aligned_keep(300, 300, 512) == 300      # exactly the head (restored from the bank)
+    assert aligned_keep(420, 300, 512) == 300      # past the head, within its first chunk
+    assert aligned_keep(900, 300, 512) == 812
+    assert aligned_keep(120, 300, 64) == 64        # within the head: chunked from the start
+
+
+@pytest.mark.slow
+def test_a_head_first_met_after_another_prompt_is_evaluated_whole(llm_engine):
+    """Instructions never seen before, after an unrelated call: their head is evaluated from
+    the prompt's first token (nothing the other prompt left is reused), as on a fresh engine.
+    The same instructions again start from the saved head."""
+    llm_engine.structured(incident_prompt(TEXTS[1]), Incident, max_tokens=120, cache=False)
+    fresh = chat("Say whether the claim holds.", system="You check one claim at a time, briefly. " + "x" * 7)
+    before = llm_engine.accounting
+    first = llm_engine.structured(fresh, Vote, seed=5, max_tokens=120, cache=False)
+    spent = llm_engine.accounting.diff(before)
+    assert spent.prompt_tokens > 0 and spent.prompt_evaluated == spent.prompt_tokens
+    llm_engine.structured(incident_prompt(TEXTS[0]), Incident, max_tokens=120, cache=False)
+    before = llm_engine.accounting
+    assert llm_engine.structured(fresh, Vote, seed=5, max_tokens=120, cache=False) == first
+    assert llm_engine.accounting.diff(before).prompt_evaluated < llm_engine.accounting.diff(before).prompt_tokens
+
+
 def test_messages_are_checked(tmp_path):
     from appliance.errors import UsageError
 

@@ -331,18 +331,29 @@ class LlamaBackend:
         on which sampling would be meaningless: they are checked before sampling.
         """
         what = f"evaluate a prompt of {len(tokens)} tokens"
-        lcp = _common_prefix(self.cached_tokens(), tokens)
+        cached = self.cached_tokens()
+        lcp = _common_prefix(cached, tokens)
+        # The same prompt again (the votes on one claim): everything but the two-token tail
+        # was evaluated in the chunks this prompt itself makes.
+        again = len(cached) == len(tokens) and lcp >= len(tokens) - _TAIL
         saved = self.prefixes.longest(tokens)
         if saved is not None and len(saved.tokens) > lcp and self._restore(saved):
-            lcp = len(saved.tokens)
+            lcp, again = len(saved.tokens), False
         head = self._last_head if tuple(tokens[:len(self._last_head)]) == self._last_head else ()
         evaluated = 0
         if head and lcp < len(head) <= len(tokens) - 2 * _TAIL and self.prefixes.get(head) is None:
             # Evaluate up to the end of the fixed head, keep its state, then go on from there:
             # the next call with the same instructions starts from it whatever ran in between.
-            evaluated = self._evaluate(tokens[:len(head)], lcp, what)
+            # The head is evaluated from the start of the prompt, in its own chunks: reusing a
+            # few tokens another prompt left (the chat template's opening) would chunk it
+            # differently, and llama.cpp's numbers for a position depend slightly on its chunk:
+            # every later call with these instructions would then depend on what ran first.
+            evaluated = self._evaluate(tokens[:len(head)], aligned_keep(lcp, 0, int(self.llama.n_batch)), what)
             self._save(head)
             lcp = len(head)
+        elif not again:
+            base = len(head) if head and lcp >= len(head) else 0
+            lcp = aligned_keep(lcp, base, int(self.llama.n_batch))
         evaluated += self._evaluate(tokens, lcp, what)
         self._check_logits()
         return evaluated
@@ -525,6 +536,18 @@ class PrefixBank:
 class PrefillPlan:
     keep: int                # cached tokens reused
     chunks: list[int]        # sizes evaluated in turn; the last is always the two-token tail
+
+
+def aligned_keep(lcp: int, base: int, n_batch: int) -> int:
+    """How much of a cached prefix of ``lcp`` tokens to reuse so that every position is
+    evaluated in the chunks the prompt makes on its own: chunks run from ``base`` (the end of
+    the fixed head, or 0) in steps of ``n_batch``, so reuse stops at the last such boundary
+    within the prefix. A prefix another prompt left was chunked from the same boundaries up
+    to there; past it, its chunks ended where that prompt's text did."""
+    step = max(n_batch, 2 * _TAIL)
+    if lcp < base:  # within the head, which is chunked from the prompt's start
+        return lcp // step * step
+    return base + (lcp - base) // step * step
 
 
 def prefill_plan(n_prompt: int, lcp: int, n_batch: int) -> PrefillPlan:

@@ -958,25 +958,24 @@ def test_a_page_title_names_the_subject_its_sentences_call_he():
     """"Who composed Bastien und Bastienne?": the page "Bastien und Bastienne" says "Mozart
     already had ...", naming the opera only in its title; the page on the actor Bastien
     Bouillon names "Bastien". Both are about what the node asks; a page on another opera is not."""
-    import threading
     from types import SimpleNamespace
 
-    from appliance.contracts import Claim, Importance, Source, SourceQuality
+    from appliance.contracts import Claim, Importance, SourceQuality
     from appliance.pipeline.gather import about
 
     pages = {"u1": ("Bastien und Bastienne", "Although he was very young, Mozart already had excellent vocal writing skills."),
              "u2": ("Bastien Bouillon", "Bastien Bouillon is a French actor."),
              "u3": ("Die Zauberflote", "The libretto was written by Emanuel Schikaneder in 1791.")}
-    run = SimpleNamespace(settings=load_settings(env={}), sources_lock=threading.Lock(),
-                          sources={u: Source(url=u, title=t, text=x, ok=True) for u, (t, x) in pages.items()})
+    run = SimpleNamespace(settings=load_settings(env={}))
     claims = [Claim(id=f"q1-s{i}-c1", node_id="q1", text=x, quote=x, source_url=u, source_title=t,
                     importance=Importance.central, source_quality=SourceQuality.primary)
               for i, (u, (t, x)) in enumerate(pages.items(), start=1)]
-    kept = about(run, "Who composed Bastien und Bastienne?", claims)
+    texts = {u: x for u, (_, x) in pages.items()}
+    kept = about(run, "Who composed Bastien und Bastienne?", claims, texts)
     assert [c.source_url for c in kept] == ["u1", "u2"]
     # Without its title the Mozart sentence names nothing the node asks about.
     untitled = claims[0].model_copy(update={"source_title": ""})
-    assert [c.source_url for c in about(run, "Who composed Bastien und Bastienne?", [untitled] + claims[1:])] == ["u2"]
+    assert [c.source_url for c in about(run, "Who composed Bastien und Bastienne?", [untitled] + claims[1:], texts)] == ["u2"]
 
 
 # ------------------------------------------------------------------ the answer in the asked form

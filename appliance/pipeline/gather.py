@@ -18,8 +18,8 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
                          ShortAnswer, Source, bounded, quoting_extraction)
 from ..errors import SearchError, StateError
 from . import prompts
-from .quotes import (find_quote, grounded, names_unsupported, off_subject, passage_around,
-                     quotable_sentences, quote_context, short_answer_or_empty)
+from .quotes import (find_quote, grounded, names_unsupported, off_subject, quotable_sentences,
+                     quote_context, short_answer_or_empty, source_passages)
 from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
@@ -393,14 +393,14 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     reads far better than it restates. It must rest on those sentences, or it is not kept.
     ``focus`` is the node's question with its parents' answers: the claims about what it names
     are the ones read."""
-    relevant = about(run, focus, [c for c in claims if c.importance != Importance.tangential])
+    with run.sources_lock:
+        texts = {url: s.text for url, s in run.sources.items() if s.ok}
+    relevant = about(run, focus, [c for c in claims if c.importance != Importance.tangential], texts)
     if not relevant:
         node.findings = ""
         node.gaps = dedupe_text(node.gaps + [node.asked])
         return
     node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
-    with run.sources_lock:
-        texts = {url: s.text for url, s in run.sources.items() if s.ok}
     evidence = node_evidence(relevant, texts)
     question = f"{node.asked}\nEarlier answers: {earlier}" if earlier else node.asked
     out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
@@ -411,17 +411,15 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
         node.gaps = dedupe_text(node.gaps + [node.asked])
 
 
-def about(run: RunContext, focus: str, claims: list[Claim]) -> list[Claim]:
+def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str]) -> list[Claim]:
     """The claims about what ``focus`` names (see ``quotes.off_subject``: a claim, its quote or
     the text around it names one of its names, or the claim names nothing); all of them when
-    none is, or when the names check is off. "What country is Nugegoda in?" read from a page on
+    none is, or when the names check is off; ``texts``: the run's source texts by URL. "What country is Nugegoda in?" read from a page on
     Nugegoda's suburb and one on Belgian colleges answered "Belgium". The page's title counts
     as text around the quote: a page names its subject in the title and says "he" after it
     ("Mozart already had excellent vocal writing skills" on the page "Bastien und Bastienne")."""
     if not run.settings.pipeline.name_check:
         return claims
-    with run.sources_lock:
-        texts = {url: s.text for url, s in run.sources.items()}
     kept = [c for c in claims if not off_subject(
         f"{c.text}\n{c.quote}", focus,
         f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}")]
@@ -451,17 +449,8 @@ def node_evidence(claims: list[Claim], texts: dict[str, str] | None = None, limi
         if claim.quote not in mine and count < limit:
             mine.append(claim.quote)
             count += 1
-    lines: list[str] = []
-    used = 0
-    for url, mine in quotes.items():
-        if not mine:
-            continue
-        passage = passage_around(texts.get(url, ""), mine)
-        if not passage or used + len(passage) > total:
-            passage = " ".join(mine)
-        used += len(passage)
-        lines.append(f"[{len(lines) + 1}] {titles[url]}: {passage}")
-    return "\n".join(lines)
+    return "\n".join(f"[{n}] {titles[url]}: {passage}" for n, (url, passage)
+                     in enumerate(source_passages(quotes, texts, total, quotes_alone=True), start=1))
 
 
 def dedupe_text(items: list[str]) -> list[str]:

@@ -404,6 +404,25 @@ def passage_around(text: str, quotes: list[str], chars: int = CONTEXT_CHARS) -> 
     return " ... ".join(" ".join(text[start:end].split()) for start, end in merged)
 
 
+def source_passages(quotes: dict[str, list[str]], texts: dict[str, str], total: int,
+                    quotes_alone: bool) -> list[tuple[str, str]]:
+    """(url, passage) per source of ``quotes`` (url -> its quotes, in reading order): the
+    ``passage_around`` its quotes, about ``total`` characters in all. A source whose text is
+    not at hand or whose passage would pass ``total`` gives its quotes alone when
+    ``quotes_alone``, else nothing."""
+    out: list[tuple[str, str]] = []
+    used = 0
+    for url, mine in quotes.items():
+        passage = passage_around(texts.get(url, ""), mine) if mine else ""
+        if not passage or used + len(passage) > total:
+            if not (quotes_alone and mine):
+                continue
+            passage = " ".join(mine)
+        used += len(passage)
+        out.append((url, passage))
+    return out
+
+
 def names_unsupported(claim: str, source_text: str) -> bool:
     """Whether the claim names someone or something that its quote's surroundings in
     ``source_text`` (the quote and the text around it, see ``quote_context``) never name,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
-from .quotes import answer_rests_on, grounded, passage_around, quote_context, short_answer_or_empty
+from .quotes import answer_rests_on, grounded, quote_context, short_answer_or_empty, source_passages
 from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
@@ -54,15 +54,8 @@ def context_listing(claims: list[MergedClaim], texts: dict[str, str], title: dic
             mine = by_source.setdefault(ref.source_url, [])
             if ref.quote not in mine:
                 mine.append(ref.quote)
-    lines: list[str] = []
-    used = 0
-    for url, quotes in by_source.items():
-        passage = passage_around(texts.get(url, ""), quotes)
-        if not passage or used + len(passage) > total:
-            continue
-        used += len(passage)
-        lines.append(f"- {title.get(url) or 'untitled'}: {passage}")
-    return "\n".join(lines)
+    return "\n".join(f"- {title.get(url) or 'untitled'}: {passage}"
+                     for url, passage in source_passages(by_source, texts, total, quotes_alone=False))
 
 
 def _source_texts(run: RunContext) -> tuple[dict[str, str], dict[str, str]]:

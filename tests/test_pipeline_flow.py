@@ -1092,6 +1092,7 @@ def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
     ("When did the country containing Nugegoda leave the British Empire?", "date"),
     ("What year did the company Novair is part of dissolve?", "date"),
     ("In which century was the abbey built?", "date"),
+    ("David Jones plays rugby union and another sport that was started when?", "date"),
     ("Who was president when the area became a state?", "entity"),
     ("Where was Henrik Ibsen born?", "entity"),
     ("In which country is Midway?", "entity"),

@@ -202,7 +202,9 @@ def is_yes_no(question: str) -> bool:
     return bool(words) and words[0] in _YES_NO_OPENERS and " or " not in f" {question.lower()} "
 
 
-_DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b", re.IGNORECASE)
+# "When ...?", "What year ...?", and a question that ends asking when ("... was started when?").
+_DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b|\bwhen\s*\??\s*$",
+                         re.IGNORECASE)
 _ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at) (which|what) "
                            r"(country|city|state|county|town|province|region|continent|place)\b", re.IGNORECASE)
 # "In which country ...?", "What county ...?": the kind of place or body asked for, by name.
@@ -214,8 +216,8 @@ _NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large
 
 def asked_form(question: str) -> str:
     """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
-    ...?"), "number" ("How many ...?", "What percentage ...?"), "entity" (a person or place:
-    "Who ...?", "Where ...?", "In which country ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a leading "when"
+    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?"), "entity" (a person or place:
+    "Who ...?", "Where ...?", "In which country ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a leading or closing "when"
     asks for a date."""
     if is_yes_no(question):
         return "yes_no"

@@ -459,6 +459,11 @@ MIDWAY = "In which country is Midway, in the same county as McRae in the same st
      "in Saving Private Ryan is stuck in The Terminal, is Rochester in?",
      ["What part of the state is Rochester in?", "Who is stuck in The Terminal in #1?"],
      "no sub-question names captain, miller, private, ryan, saving"),
+    # A description asked for, where the next hop needs a fact: which company, where born.
+    ("What year did the company Novair International Airways is part of dissolve?",
+     ["What is Novair International Airways?", "When did #1 dissolve?"], "asks only what it names is"),
+    ("Which region is Corey Taylor's city of birth located?",
+     ["Who is Corey Taylor?", "Where is #1's city of birth?"], "asks only what it names is"),
     # The whole question first, its part after it.
     ("What kind of plane dropped the bomb on Akinoshu Kenji's birthplace?",
      ["What kind of plane dropped the bomb on Akinoshu Kenji's birthplace?", "Where was Akinoshu Kenji born?"],
@@ -487,6 +492,10 @@ def test_plan_faults_name_what_is_wrong(question, subs, fault):
     # Capitalised kinds of thing are not names to tie to ("City", "State").
     ("What is the largest City in the State whose capital stands on a lake?",
      ["Which state has its capital on a lake?", "What is the largest city in #1?"]),
+    # Asking what a thing is is fine when that is the question; a fact of it is no definition.
+    ("Who is Corey Taylor?", ["Who is Corey Taylor?", "What band does Corey Taylor sing in?"]),
+    ("What is the capital of the country where Ceelmakoile is?",
+     ["What is the country of Ceelmakoile?", "What is the capital of #1?"]),
     # The whole question as the last node is a plan's usual close, not a fault.
     ("Where did the band form that made the live album Maiden Japan?",
      ["Who made the live album Maiden Japan?", "Where did the band that made Maiden Japan form?"]),

@@ -74,6 +74,10 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
       node ("What is the name of the book?"): nothing ties its findings to the question;
     - a name of the question is in no sub-question ("Saving Private Ryan" dropped): that hop
       is never searched;
+    - a sub-question asks only what or who something is ("Who is Corey Taylor?", "What is
+      Novair International Airways?" for where he was born, which company it is part of): its
+      answer is a description ("a musician and record label founder"), which no later hop can
+      search with;
     - a sub-question that other nodes wait on is the whole question: the parts are asked after
       the whole they were meant to answer. Only a copy with every content word counts: one word
     short ("What book was named after ...?" for "Who wrote the book named after ...?") is a hop.
@@ -94,6 +98,8 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
         elif (asked_names and not _REFERENCE.search(text) and not node.depends_on
               and not any(name_found(n, asked_names) for n in names(text, openers=True))):
             faults.append(f"{node.id} {text!r} names nothing of the question and uses no earlier answer")
+        if _asks_definition(text) and not _asks_definition(question):
+            faults.append(f"{node.id} {text!r} asks only what it names is, not a fact of it")
         if node.id in waited_on and asked_content:
             said = content_words(text)
             if all(word_found(w, said) for w in asked_content):
@@ -106,6 +112,23 @@ def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
     if dropped:
         faults.append(f"no sub-question names {', '.join(dropped)}")
     return faults
+
+
+_DEFINITION = re.compile(r"^\s*(?:what|who)\s+(?:is|was|are|were)\s+(?:the\s+|an?\s+)?(?P<rest>[^?]+?)\s*\??\s*$",
+                         re.IGNORECASE)
+# Small words inside a name ("University of Texas", "Leonardo da Vinci").
+_NAME_JOINERS = frozenset("of the and de da di del della der van von la le du".split())
+
+
+def _asks_definition(question: str) -> bool:
+    """Whether ``question`` is "What/Who is <a name>?" and nothing more: every word after the
+    verb is part of a name (capitalised, a number, an earlier answer #n, or a joiner like "of")."""
+    match = _DEFINITION.match(question)
+    if not match:
+        return False
+    words = match.group("rest").replace("'s", "").split()
+    return any(w[:1].isupper() for w in words) and all(
+        w[:1].isupper() or w[:1].isdigit() or w.startswith("#") or w.lower() in _NAME_JOINERS for w in words)
 
 
 def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,

@@ -354,17 +354,19 @@ def test_a_page_naming_its_subject_only_in_its_title_is_read(flow_settings, tmp_
 def test_tangential_claims_are_not_verified(flow_settings, tmp_path):
     def extract(messages, seed):
         out = _extract(messages, seed)
-        for claim in out.claims:
-            if "rockets" in claim.claim or "Lisbon" in claim.claim:
-                continue
-            claim.importance = Importance.tangential
+        if "It makes pumps" in messages[-1]["content"]:
+            out.claims.append(Extraction.model_validate({"claims": [
+                {"claim": "Alpha Corp makes pumps.", "quote": "It makes pumps", "importance": "tangential"}],
+                "source_quality": "primary"}).claims[0])
         return out
 
     engine = FakeEngine(script(extract=extract))
     result = run_fake(flow_settings, tmp_path, engine)
     stats = result.report["stats"]
     assert stats["claims_tangential"] >= 1
-    verified = [c for c in result.report["claims"] if c["verdict"]]
+    claims = result.report["claims"]
+    assert any(c["text"] == "Alpha Corp makes pumps." and c["importance"] == "tangential" for c in claims)
+    verified = [c for c in claims if c["verdict"]]
     assert verified and all(c["importance"] != "tangential" for c in verified)
 
 
@@ -934,8 +936,8 @@ def test_a_node_answer_is_read_from_the_sentences_its_claims_quote(flow_settings
 def test_a_node_answer_reads_the_claims_about_what_it_asks(flow_settings, tmp_path):
     """"Who founded Alpha Corp?" also read the page on Jane Roe's birth: that claim names
     nothing the node asks about, so the node's answer and findings leave it out (it stays in
-    the run's pool). A node none of whose claims names what it asks reads them all. With the
-    names check off every claim is read, as before."""
+    the run's pool). A claim that names nothing (a sentence's first word is not taken for a
+    name) is read. With the names check off every claim is read, as before."""
     def extract(messages, seed):
         if "Springfield is a city" in messages[-1]["content"]:
             return Extraction(source_quality="blog", claims=[
@@ -958,8 +960,8 @@ def test_a_node_answer_reads_the_claims_about_what_it_asks(flow_settings, tmp_pa
         nodes = {n["id"]: n for n in result.report["plan"]["nodes"]}
         assert ("Lisbon" in nodes["q1"]["findings"]) is not check
         assert any(c["text"] == "Jane Roe was born in Lisbon in 1870." for c in result.report["claims"])
-        # q2 ("Where was the founder born? Jane Roe") read only the Springfield page: no claim
-        # names what it asks, so it reads them all.
+        # q2 ("Where was the founder born? Jane Roe") read only the Springfield page, whose
+        # claim names nothing ("Springfield" opens its sentences): it is read.
         assert nodes["q2"]["findings"] == "Springfield has a harbour."
 
 
@@ -985,6 +987,9 @@ def test_a_page_title_names_the_subject_its_sentences_call_he():
     # Without its title the Mozart sentence names nothing the node asks about.
     untitled = claims[0].model_copy(update={"source_title": ""})
     assert [c.source_url for c in about(run, "Who composed Bastien und Bastienne?", [untitled] + claims[1:], texts)] == ["u2"]
+    # When no claim is about what the node asks, none is read: pages on other districts do not
+    # say which district LaHave is in.
+    assert about(run, "What is the name of the district in which LaHave is located?", claims[2:], texts) == []
 
 
 # ------------------------------------------------------------------ the answer in the asked form

@@ -414,8 +414,11 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
 def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str]) -> list[Claim]:
     """The claims about what ``focus`` names (see ``quotes.off_subject``: a claim, its quote or
     the text around it names one of its names, or the claim names nothing); all of them when
-    none is, or when the names check is off; ``texts``: the run's source texts by URL. "What country is Nugegoda in?" read from a page on
-    Nugegoda's suburb and one on Belgian colleges answered "Belgium". The page's title counts
+    the names check is off; ``texts``: the run's source texts by URL. "What country is
+    Nugegoda in?" read from a page on Nugegoda's suburb and one on Belgian colleges answered
+    "Belgium". When no claim is about it, none is read: "What is the name of the district in
+    which LaHave is located?", read from pages on Russian districts alone, answered
+    "Khankaysky District", and the run's answer took it up. The page's title counts
     as text around the quote: a page names its subject in the title and says "he" after it
     ("Mozart already had excellent vocal writing skills" on the page "Bastien und Bastienne")."""
     if not run.settings.pipeline.name_check:
@@ -423,7 +426,7 @@ def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str
     kept = [c for c in claims if not off_subject(
         f"{c.text}\n{c.quote}", focus,
         f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}")]
-    return kept or claims
+    return kept
 
 
 # Characters of its sources a node's answer reads at most (about 600 tokens).

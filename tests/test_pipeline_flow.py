@@ -1010,7 +1010,8 @@ def test_the_answer_opens_with_the_direct_answer(flow_settings, tmp_path):
     from appliance.pipeline import prompts
     assert seen[0][0] == prompts.short_answer("x", "y", "z")[0] | {"content": seen[0][0]["content"]}
     assert seen[0][0]["content"].startswith("Answer with the shortest phrase")
-    assert '"Jane Roe was born in 1870 in Lisbon' in seen[0][1]["content"]
+    # The quote is read once: in the text around it, not again under its claim.
+    assert seen[0][1]["content"].count("Jane Roe was born in 1870 in Lisbon") == 1
 
 
 def test_the_answer_reads_the_chain_of_answered_sub_questions(flow_settings, tmp_path):
@@ -1247,7 +1248,7 @@ def test_the_direct_answer_reads_the_text_around_each_quote():
     from appliance.pipeline.synthesize import context_listing, quote_context
 
     text = ("Novair was a British airline. It was part of the Rederi AB Nordstjernan group. "
-            "The group sold it in 1990. " + "Filler words here. " * 40 + "It was dissolved in 1995.")
+            "The group sold it in 1990. " + "Filler words here. " * 80 + "It was dissolved in 1995.")
     quote = "It was part of the Rederi AB Nordstjernan group."
     window = quote_context(text, quote, chars=40)
     assert quote in window and window.startswith("Novair") and window.endswith("1990.")
@@ -1256,7 +1257,7 @@ def test_the_direct_answer_reads_the_text_around_each_quote():
     claims = [MergedClaim(id=f"m{i}", text="x", importance=Importance.central, source_quality=SourceQuality.primary,
                           quotes=[QuoteRef(source_url="http://a.test", quote=q)], members=[f"m{i}"], node_ids=["q1"])
               for i, q in enumerate([quote, quote, "It was dissolved in 1995.", "The group sold it in 1990."])]
-    listing = context_listing(claims, {"http://a.test": text}, {"http://a.test": "Novair"}, total=1200)
+    listing = context_listing(claims, {"http://a.test": text}, {"http://a.test": "Novair"}, total=1400)
     lines = listing.splitlines()
     # One line per source: both stretches of it, the sentence quoted twice once, in the source's order.
     assert len(lines) == 1 and lines[0].startswith("- Novair: Novair was a British airline.")
@@ -1267,7 +1268,7 @@ def test_the_direct_answer_reads_the_text_around_each_quote():
     both = context_listing(other, {"http://a.test": text, "http://b.test": "Sweden lies north."},
                            {"http://a.test": "Novair"}, total=len(lines[0]))
     assert both.splitlines() == [lines[0]]  # the second source would pass the total
-    assert context_listing(other, {"http://a.test": text, "http://b.test": "Sweden lies north."}, {}, total=1200)\
+    assert context_listing(other, {"http://a.test": text, "http://b.test": "Sweden lies north."}, {}, total=1400)\
         .endswith("- untitled: Sweden lies north.")
 
 

@@ -429,8 +429,8 @@ def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str
     return kept
 
 
-# Characters of its sources a node's answer reads at most (about 600 tokens).
-NODE_EVIDENCE_CHARS = 2400
+# Characters of its sources a node's answer reads at most (about 800 tokens).
+NODE_EVIDENCE_CHARS = 3200
 
 
 def node_evidence(claims: list[Claim], texts: dict[str, str] | None = None, limit: int = 8,

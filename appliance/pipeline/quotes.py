@@ -355,8 +355,8 @@ def off_subject(claim: str, chain: str, around: str = "") -> bool:
     return not any(name_found(n, basis) for n in names(f"{claim}\n{around}", openers=True))
 
 
-# The text around each quoted sentence that the direct answer reads: a verified sentence
-# often needs its neighbours ("It was dissolved in 1995." after the sentence naming "it").
+# The text around a quoted sentence that the names checks read: a sentence often names its
+# subject only in its neighbours ("It was dissolved in 1995." after the sentence naming "it").
 CONTEXT_CHARS = 240
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]?\s+")
 
@@ -404,16 +404,24 @@ def passage_around(text: str, quotes: list[str], chars: int = CONTEXT_CHARS) -> 
     return " ... ".join(" ".join(text[start:end].split()) for start, end in merged)
 
 
+# The text around each quoted sentence that an answer reads (a node's and the run's): as
+# wide as a short passage, so the sentence after the one quoted is read whole ("The current
+# Leader of Opposition ... is Hon. Winnie Kiiza", two sentences after the quoted "The Leader
+# of Opposition (LOP) in Uganda is the title bestowed upon ..."). The one-call baseline reads
+# each retrieved passage's first 700 characters.
+READING_CHARS = 480
+
+
 def source_passages(quotes: dict[str, list[str]], texts: dict[str, str], total: int,
-                    quotes_alone: bool) -> list[tuple[str, str]]:
+                    quotes_alone: bool, chars: int = READING_CHARS) -> list[tuple[str, str]]:
     """(url, passage) per source of ``quotes`` (url -> its quotes, in reading order): the
-    ``passage_around`` its quotes, about ``total`` characters in all. A source whose text is
-    not at hand or whose passage would pass ``total`` gives its quotes alone when
-    ``quotes_alone``, else nothing."""
+    ``passage_around`` its quotes (``chars`` on each side), about ``total`` characters in all.
+    A source whose text is not at hand or whose passage would pass ``total`` gives its quotes
+    alone when ``quotes_alone``, else nothing."""
     out: list[tuple[str, str]] = []
     used = 0
     for url, mine in quotes.items():
-        passage = passage_around(texts.get(url, ""), mine) if mine else ""
+        passage = passage_around(texts.get(url, ""), mine, chars) if mine else ""
         if not passage or used + len(passage) > total:
             if not (quotes_alone and mine):
                 continue

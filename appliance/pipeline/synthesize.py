@@ -30,16 +30,18 @@ def claims_listing(claims: list[MergedClaim]) -> str:
 MAX_ANSWER_QUOTES = 2
 
 
-def evidence_listing(claims: list[MergedClaim]) -> str:
-    """The verified claims with their quotes, numbered, as the short-answer prompt reads them."""
+def evidence_listing(claims: list[MergedClaim], shown: str = "") -> str:
+    """The verified claims with their quotes, numbered, as the short-answer prompt reads them;
+    a quote already in ``shown`` (the text around the quotes that follows) is not repeated."""
     lines = []
     for number, claim in enumerate(claims, start=1):
         lines.append(f"[{number}] {claim.text}")
-        lines += [f'    "{q.quote}"' for q in claim.quotes[:MAX_ANSWER_QUOTES]]
+        lines += [f'    "{q.quote}"' for q in claim.quotes[:MAX_ANSWER_QUOTES]
+                  if " ".join(q.quote.split()) not in shown]
     return "\n".join(lines)
 
 
-CONTEXT_TOTAL = 2400
+CONTEXT_TOTAL = 3600
 
 
 def context_listing(claims: list[MergedClaim], texts: dict[str, str], title: dict[str, str],
@@ -80,8 +82,8 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     (counted as dropped text). The sub-questions' answers that rest on that evidence come last:
     the chain the plan followed ("In which country is Midway? United States"), which a small
     model reading a list of claims ("Midway is in Arkansas.") does not rebuild on its own."""
-    evidence = evidence_listing(confirmed)
     context = context_listing(confirmed, *_source_texts(run))
+    evidence = evidence_listing(confirmed, context)
     if context:
         evidence += "\n\nAround the quotes, in their sources:\n" + context
     chain = chain_listing(nodes or [], evidence)

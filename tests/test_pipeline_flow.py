@@ -1324,3 +1324,25 @@ def test_release_all_lets_a_waiting_node_through_the_turnstile():
     assert passed.wait(5)
     worker.join(5)
     turnstile.wait(("q1", 0))  # a released key never blocks
+
+
+def test_answers_read_the_sentence_that_answers_two_sentences_after_the_quote():
+    """The extractor quoted the sentence defining the title; the holder's name is two sentences
+    (about 300 characters) on. A node's answer and the run's answer both read that far."""
+    from appliance.contracts import Claim, Importance, MergedClaim, QuoteRef, SourceQuality
+    from appliance.pipeline.gather import node_evidence
+    from appliance.pipeline.synthesize import context_listing
+
+    quote = ("The Leader of Opposition (LOP) in Uganda is the title bestowed upon the elected leader "
+             "of the largest political party not within the ruling government.")
+    text = (quote + " The Leader of Opposition appoints and heads an alternative Shadow Cabinet whose duty "
+            "is to challenge and influence government legislation and policy on the floor of the Parliament of Uganda in Kampala. The current "
+            "Leader of Opposition is Hon. Winnie Kiiza of the Forum for Democratic Change.")
+    assert text.index("Winnie Kiiza") - len(quote) > 240  # past the names checks' window
+    claim = Claim(id="q2-s1-c1", node_id="q2", text=quote, quote=quote, source_url="u1",
+                  source_title="Leader of Opposition (Uganda)", importance=Importance.central,
+                  source_quality=SourceQuality.primary)
+    assert "Winnie Kiiza" in node_evidence([claim], {"u1": text})
+    merged = MergedClaim(id="m1", text=quote, importance=Importance.central, source_quality=SourceQuality.primary,
+                         quotes=[QuoteRef(source_url="u1", quote=quote)], members=["m1"], node_ids=["q2"])
+    assert "Winnie Kiiza" in context_listing([merged], {"u1": text}, {"u1": "Leader of Opposition (Uganda)"})

@@ -216,9 +216,10 @@ _NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large
 
 def asked_form(question: str) -> str:
     """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
-    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?"), "entity" (a person or place:
-    "Who ...?", "Where ...?", "In which country ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a leading or closing "when"
-    asks for a date."""
+    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?"),
+    "entity" (a person or place: "Who ...?", "Where ...?", "In which country ...?") or
+    "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
+    leading or closing "when" asks for a date."""
     if is_yes_no(question):
         return "yes_no"
     if _DATE_ASKED.search(question):

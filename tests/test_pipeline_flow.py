@@ -1346,3 +1346,14 @@ def test_answers_read_the_sentence_that_answers_two_sentences_after_the_quote():
     merged = MergedClaim(id="m1", text=quote, importance=Importance.central, source_quality=SourceQuality.primary,
                          quotes=[QuoteRef(source_url="u1", quote=quote)], members=["m1"], node_ids=["q2"])
     assert "Winnie Kiiza" in context_listing([merged], {"u1": text}, {"u1": "Leader of Opposition (Uganda)"})
+
+
+def test_an_open_question_asked_twice_is_listed_once(flow_settings, tmp_path):
+    """The writer listed "Where was Henrik Ibsen born?" twice; the report lists it once."""
+    draft = script()["synthesize"](None, None)
+    draft.open_questions = ["Where was Jane Roe born?", "Where was  Jane Roe born?", "where was jane roe born?",
+                            "What did she study?"]
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(synthesize=lambda m, s: draft)))
+    assert result.report["open_questions"] == ["Where was Jane Roe born?", "What did she study?"]
+    md = result.markdown_path.read_text()
+    assert md.split("## Open Questions")[1].split("##")[0].count("Jane Roe born") == 1

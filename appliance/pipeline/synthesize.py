@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
+from .gather import dedupe_text
 from .quotes import answer_rests_on, grounded, quote_context, short_answer_or_empty, source_passages
 from .state import RunContext, ask
 
@@ -155,7 +156,8 @@ def synthesize(run: RunContext, confirmed: list[MergedClaim], direct_answer: str
 def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedClaim]) -> Synthesis:
     """Keep statements that cite verified claims; count what is dropped.
 
-    Text that echoes the prompt's worked example instead of the claims is dropped too.
+    Text that echoes the prompt's worked example instead of the claims is dropped too, and an
+    open question asked twice is listed once.
     """
     ids = short_ids(confirmed)
     by_id = dict(zip(ids, (c.text for c in confirmed)))
@@ -196,6 +198,5 @@ def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedC
     run.stats.add(texts_dropped=(answer != kept_answer) + (summary != kept_summary))
     return Synthesis(answer=kept_answer, executive_summary=kept_summary,
                      findings=findings,
-                     open_questions=[q for q in (" ".join(x.split()) for x in draft.open_questions)
-                                     if q and not echo(q)])
+                     open_questions=[q for q in dedupe_text(draft.open_questions) if not echo(q)])
 

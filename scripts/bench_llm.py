@@ -13,7 +13,8 @@ is cleared before every call, so each evaluates its whole prompt); the engine's 
 include the fast-forwarded ones. The prompt's evaluation is also timed alone, and the ratio
 computed again on the generation only (wall time minus that). Also: the share of output tokens fast-forwarded, mask time
 as a share of decode time, and the goals (engine >= 1.0x raw on every contract, >= 1.5x on
-extraction, mask < 5% of decode).
+extraction, mask < 5% of decode), and what evaluating k tokens in one batch costs against one
+token on this machine (the ceiling on what fast-forwarding forced tokens can save).
 
 Usage: python scripts/bench_llm.py [--reps 3] [--models a,b] [--manifest PATH] [--json]
 Nothing is written except a state folder in a temporary directory.
@@ -226,6 +227,33 @@ def goals(rows: dict) -> dict:
             "mask_lt_5pct_of_decode": all(r["mask_share_of_decode"] < 0.05 for r in rows.values())}
 
 
+BATCH_SIZES = (1, 2, 4, 8)
+
+
+def batch_costs(engine: Engine, reps: int = 5) -> dict[int, float]:
+    """Seconds to evaluate k tokens in one batch after the extraction prompt, as a multiple of
+    one token's (medians): the most a fast-forward of k forced tokens can save is 1 - cost/k.
+    Where a batch costs about as much as one token (a GPU), forcing makes text almost free;
+    where it costs nearly k times one (a CPU that is compute-bound at these sizes), it cannot."""
+    tokens, _ = engine.backend.render(cases()[1].messages)
+    llama = engine.backend.llama
+    reset(engine)
+    llama.eval(tokens)
+    n = len(tokens)
+    extra = (tokens * 2)[:max(BATCH_SIZES)]
+    seconds = {}
+    for k in BATCH_SIZES:
+        times = []
+        for _ in range(reps):
+            llama.n_tokens = n  # eval() drops the KV cache beyond this
+            start = time.perf_counter()
+            llama.eval(extra[:k])
+            times.append(time.perf_counter() - start)
+        seconds[k] = statistics.median(times)
+    reset(engine)
+    return {k: round(seconds[k] / seconds[1], 2) for k in BATCH_SIZES}
+
+
 def vote_reuse(engine: Engine) -> list[float]:
     """Seconds of three votes on one claim back to back (votes 2-3 reuse the prompt's prefix)."""
     case = cases()[2]
@@ -269,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine(backend, entry, settings)
         rows = bench_model(engine, args.reps)
         results["models"][entry.name] = {"contracts": rows, "goals": goals(rows),
-                                         "three_votes_seconds": vote_reuse(engine)}
+                                         "three_votes_seconds": vote_reuse(engine),
+                                         "batch_cost": batch_costs(engine)}
         engine.close()
         if not args.json:
             print_model(entry.name, results["models"][entry.name], args.reps, results["threads"])
@@ -291,6 +320,9 @@ def print_model(name: str, data: dict, reps: int, threads: int) -> None:
           "its own, taken off both)")
     print("goals: " + ", ".join(f"{k} {'MET' if v else 'NOT MET'}" for k, v in data["goals"].items()))
     print(f"three votes back to back, seconds: {data['three_votes_seconds']}")
+    costs = data["batch_cost"]
+    print("k tokens in one batch cost, in one token's time: "
+          + ", ".join(f"k={k} {c}x (forcing saves at most {max(0.0, 1 - c / k):.0%})" for k, c in costs.items()))
 
 
 if __name__ == "__main__":

@@ -173,11 +173,13 @@ def run_llama(engine: Engine, case: Case, seed: int, *, max_tokens: int, grammar
     return int(out["usage"]["completion_tokens"]), time.perf_counter() - start
 
 
-def bench_model(engine: Engine, reps: int) -> dict:
+def bench_model(engine: Engine, reps: int, only: list[str] | None = None) -> dict:
     bias = eog_bias(engine.backend.llama)
     rows = {}
     run_engine(engine, cases()[2], 1)  # warm-up (tokenizer for the grammar, first decode)
     for case in cases():
+        if only and case.name not in only:
+            continue
         gbnf = gbnf_for(schema_json(case.schema))
         raw, old, eng, forced, mask, prompt = [], [], [], [], [], 0
         raw_gen, eng_gen = [], []
@@ -222,9 +224,14 @@ def prompt_seconds(engine: Engine, case: Case) -> float:
 
 
 def goals(rows: dict) -> dict:
-    return {"engine_ge_1x_raw_every_contract": all(r["engine_over_raw"] >= 1.0 for r in rows.values()),
-            "engine_ge_1_5x_raw_extraction": rows["extraction"]["engine_over_raw"] >= 1.5,
-            "mask_lt_5pct_of_decode": all(r["mask_share_of_decode"] < 0.05 for r in rows.values())}
+    """The goals the run can judge: those over every contract only when all of them ran."""
+    out = {}
+    if len(rows) == len(cases()):
+        out["engine_ge_1x_raw_every_contract"] = all(r["engine_over_raw"] >= 1.0 for r in rows.values())
+    if "extraction" in rows:
+        out["engine_ge_1_5x_raw_extraction"] = rows["extraction"]["engine_over_raw"] >= 1.5
+    out["mask_lt_5pct_of_decode"] = all(r["mask_share_of_decode"] < 0.05 for r in rows.values())
+    return out
 
 
 BATCH_SIZES = (1, 2, 4, 8)
@@ -276,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--models", default="", help="comma-separated manifest names (default: all present)")
     parser.add_argument("--manifest", default=str(ROOT / "models" / "models.toml"), help="model manifest")
+    parser.add_argument("--contracts", default="", help="comma-separated contracts to run (default: all; "
+                        "the goals need all)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
@@ -295,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                                     n_ctx=context_size(settings, entry), n_threads=llm.n_threads,
                                     n_batch=llm.n_batch, seed=llm.seed, chat_format=entry.chat_format or None)
         engine = Engine(backend, entry, settings)
-        rows = bench_model(engine, args.reps)
+        rows = bench_model(engine, args.reps, [c for c in args.contracts.split(",") if c])
         results["models"][entry.name] = {"contracts": rows, "goals": goals(rows),
                                          "three_votes_seconds": vote_reuse(engine),
                                          "batch_cost": batch_costs(engine)}

@@ -61,12 +61,15 @@ def _reference_sample(sampler: Sampler, logits, allowed) -> int:
 
 @hsettings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31), scale=st.sampled_from([0.5, 3.0, 8.0, 30.0]),
-       share=st.sampled_from([0.001, 0.02, 0.5, 1.0]), temperature=st.sampled_from([0.0, 0.3, 1.0]))
-def test_the_fast_sampler_draws_what_the_plain_chain_draws(seed, scale, share, temperature):
-    """The sampler looks for the top-k near the best logit first; on any logits and mask (a
-    peaked row with few near tokens included) it draws exactly what the plain chain draws."""
+       share=st.sampled_from([0.001, 0.02, 0.5, 1.0]), temperature=st.sampled_from([0.0, 0.3, 1.0]),
+       peak=st.sampled_from([0.0, 15.0, 40.0]))
+def test_the_fast_sampler_draws_what_the_plain_chain_draws(seed, scale, share, temperature, peak):
+    """The sampler looks for the top-k near the best logit first, widening the look while it
+    holds fewer than k; on any logits and mask (a peaked row with few near tokens, or a few
+    tokens far above a cliff, included) it draws exactly what the plain chain draws."""
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal(5000) * scale).astype(np.float32)
+    logits[rng.integers(0, 5000, 3)] += peak
     allowed = np.flatnonzero(rng.random(5000) < share)
     if not len(allowed):
         allowed = np.array([int(rng.integers(5000))])

@@ -25,8 +25,10 @@ from ..errors import ModelError
 
 TOP_K = 40
 MIN_P = 0.05
-# The sampler's first look for the top-k: tokens whose logit is within this of the best.
+# The sampler's first look for the top-k: tokens whose logit is within this of the best;
+# widened by half again while it holds fewer than k, up to _WIDEST.
 _NEAR = 12.0
+_WIDEST = 800.0
 # Repetition stop: inside one JSON string, a stretch of tokens that repeats with a period of
 # at most _MAX_PERIOD tokens for more than _REPEAT_TOKENS tokens (and at least twice its period)
 # is a model stuck in a loop; generation ends there as a truncation.
@@ -68,17 +70,26 @@ class Sampler:
 
         Fast on a large vocabulary: the top-k are looked for among the tokens within
         ``_NEAR`` of the best logit (a few hundred at most, usually), which holds them all
-        whenever there are at least k such tokens; only otherwise is the whole row partitioned.
+        whenever there are at least k such tokens; else within 1.5, 2.25, ... times that; only when
+        even ``_WIDEST`` holds fewer than k is every allowed token taken.
         """
         masked = np.where(mask, logits, np.float32(-np.inf))
         best = int(np.argmax(masked))  # first maximum: ties go to the lower id
         if self.temperature <= 0:
             return best
-        near = np.flatnonzero(masked >= masked[best] - _NEAR)
-        allowed = near if len(near) >= self.top_k > 0 else np.flatnonzero(mask)
+        allowed = np.flatnonzero(masked >= masked[best] - _NEAR)
+        # A confident model leaves fewer than k tokens that near: widen the look (each a cheap
+        # comparison) rather than partition the whole allowed vocabulary, which costs about a
+        # millisecond a token on 151k. Any look holding k tokens holds the top k.
+        width = _NEAR
+        while 0 < len(allowed) < self.top_k and width < _WIDEST:
+            width *= 1.5
+            allowed = np.flatnonzero(masked >= masked[best] - width)
+        if not len(allowed) >= self.top_k > 0:
+            allowed = np.flatnonzero(mask)
         if len(allowed) == 1:
             return int(allowed[0])
-        values = masked[allowed].astype(np.float64)
+        values = masked[allowed]  # float32: partitioned as they are, widened only once chosen
         k = min(self.top_k, len(allowed)) if self.top_k > 0 else len(allowed)
         if k < len(allowed):
             top = np.argpartition(-values, k - 1)[:k]
@@ -87,7 +98,7 @@ class Sampler:
         # A total order (logit descending, then token id) so that ties never depend on the
         # partition algorithm's internals.
         top = top[np.lexsort((allowed[top], -values[top]))]
-        chosen = values[top]
+        chosen = values[top].astype(np.float64)
         probs = np.exp(chosen - chosen[0])
         probs /= probs.sum()
         keep = len(top)

@@ -166,10 +166,23 @@ def _findings(data: ReportData, cites: Citations) -> list[str]:
     return lines or ["_No verified findings._", ""]
 
 
+# Gaps of the sub-questions listed as open questions when the writer gave none.
+MAX_GAP_QUESTIONS = 5
+
+
+def open_questions(data: ReportData) -> list[str]:
+    """The writer's open questions, else the sub-questions' gaps, each once (two sub-questions
+    of the Brand run both left "Where was Henrik Ibsen born?"), at most ``MAX_GAP_QUESTIONS``:
+    the one list the markdown and the JSON both show."""
+    from .pipeline.gather import dedupe_text
+
+    if data.synthesis and data.synthesis.open_questions:
+        return list(data.synthesis.open_questions)
+    return dedupe_text([g for n in data.nodes for g in n.gaps])[:MAX_GAP_QUESTIONS]
+
+
 def _open_questions(data: ReportData) -> list[str]:
-    questions = list(data.synthesis.open_questions) if data.synthesis else []
-    if not questions:
-        questions = [g for n in data.nodes for g in n.gaps][:5]
+    questions = open_questions(data)
     return [f"- {md_inline(q)}" for q in questions] + [""] if questions else ["_None recorded._", ""]
 
 
@@ -276,7 +289,7 @@ def render_json(data: ReportData) -> dict[str, Any]:
         "answer": data.synthesis.answer if data.synthesis else "",
         "executive_summary": data.synthesis.executive_summary if data.synthesis else "",
         "findings": findings,
-        "open_questions": data.synthesis.open_questions if data.synthesis else [],
+        "open_questions": open_questions(data),
         "sources": [_source_json(data, url, n, cites) for url, n in
                     sorted(cites.numbers.items(), key=lambda kv: kv[1])],
         "plan": {"effort": data.effort, "repairs": data.repairs,

@@ -1357,3 +1357,20 @@ def test_an_open_question_asked_twice_is_listed_once(flow_settings, tmp_path):
     assert result.report["open_questions"] == ["Where was Jane Roe born?", "What did she study?"]
     md = result.markdown_path.read_text()
     assert md.split("## Open Questions")[1].split("##")[0].count("Jane Roe born") == 1
+
+
+def test_gaps_two_sub_questions_share_are_listed_once_in_markdown_and_json():
+    """With no open questions from the writer the report lists the sub-questions' gaps: two
+    sub-questions of the Brand run both left "Where was Henrik Ibsen born?", and the report
+    listed it twice (and its JSON none). Now once, the same list in both."""
+    from appliance.contracts import ReportData, RunStatus
+    from appliance.report import render_json, render_markdown
+
+    nodes = [NodeState(id="q1", question="Who wrote Brand?", gaps=["Where was Henrik Ibsen born?"]),
+             NodeState(id="q2", question="What country was #1 a citizen of?",
+                       gaps=["Where was  Henrik Ibsen born?", "When did he leave Norway?"])]
+    data = ReportData(question="What country was the author of Brand a citizen of?", status=RunStatus.complete,
+                      date="2026-12-01", model="m", profile="quick", run_id="r", nodes=nodes)
+    listed = render_markdown(data).split("## Open Questions")[1].split("##")[0]
+    assert listed.count("Henrik Ibsen born") == 1 and "When did he leave Norway?" in listed
+    assert render_json(data)["open_questions"] == ["Where was Henrik Ibsen born?", "When did he leave Norway?"]

@@ -160,6 +160,21 @@ def test_a_shared_kind_of_thing_is_not_a_shared_subject():
     assert not off_subject("Johnnycake is located in McDowell County.", "Which county borders McDowell County?")
 
 
+def test_a_shared_given_name_with_another_last_name_is_another_person():
+    """'Henrik' of 'Hans Henrik Stoermann-Naess' is not 'Henrik Ibsen' (a sailor's page was
+    cited in the Brand report), nor 'Steven Amsterdam' 'Steven Blankaart'."""
+    assert off_subject("Hans Henrik Stoermann-Naess was a sailor who competed in the Summer Olympics.", BRAND)
+    assert off_subject("Steven Amsterdam is an American writer.", "Where was Steven Blankaart born?")
+    # The research's last name anywhere after it, or the name alone, is the same bearer.
+    assert not off_subject("Hans Henrik Ibsen was a painter.", BRAND)
+    assert not off_subject("G. Stanley Hall's Adolescence appeared in 1904.", "Who was G. Stanley Hall?\nAPA")
+    assert not off_subject("Andrew Morton wrote Madonna's biography.", "Who wrote The Madonna Companion?")
+    assert not off_subject("The Madonna Companion is a biography.", "Who wrote a book on Madonna?")
+    # A word the research also uses alone, or before a kind of thing, is not a given name.
+    assert not off_subject("Henrik Wergeland was a poet.", BRAND + "\nWas Henrik a citizen?")
+    assert not off_subject("Hampshire Regiment was raised in 1881.", "Which county borders Hampshire County?")
+
+
 from appliance.pipeline.quotes import names_unsupported  # noqa: E402
 
 

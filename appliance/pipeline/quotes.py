@@ -307,8 +307,23 @@ def names(text: str, openers: bool = False, acronyms: bool = True) -> set[str]:
     and the initials of each run of two or more ("American Psychological Association" ->
     "apa", unless not ``acronyms``), so an acronym matches its long form. A sentence's first
     word is capitalised whatever it is, so it counts only with ``openers``."""
-    first = set() if openers else {m.start(1) for m in _SENTENCE_START.finditer(text)}
     found: set[str] = set()
+    for run in name_runs(text, openers):
+        found.update(run)
+        if acronyms and len(run) >= 2:
+            found.add(_initials(run))
+    return found
+
+
+def _initials(run: list[str]) -> str:
+    return "".join(w[0] for w in run)
+
+
+def name_runs(text: str, openers: bool = False) -> list[list[str]]:
+    """The runs of capitalised words in ``text`` (words as ``names`` gives them): the words
+    that follow one another with only spaces between, "Hans Henrik Stoermann-Naess"."""
+    first = set() if openers else {m.start(1) for m in _SENTENCE_START.finditer(text)}
+    runs: list[list[str]] = []
     run: list[str] = []
     last_end = -1
     for m in _NAME.finditer(text):
@@ -316,15 +331,13 @@ def names(text: str, openers: bool = False, acronyms: bool = True) -> set[str]:
         if m.start() in first or word in _NOT_NAMES:
             continue
         if run and text[last_end:m.start()].strip():
-            if acronyms and len(run) >= 2:
-                found.add("".join(w[0] for w in run))
+            runs.append(run)
             run = []
         run.append(word)
         last_end = m.end()
-        found.add(word)
-    if acronyms and len(run) >= 2:
-        found.add("".join(w[0] for w in run))
-    return found
+    if run:
+        runs.append(run)
+    return runs
 
 
 # Capitalised words that name a kind of thing, not a thing: "University" in "University of
@@ -352,7 +365,43 @@ def off_subject(claim: str, chain: str, around: str = "") -> bool:
     basis = names(chain, openers=True)
     if not names(claim) or not basis:
         return False
-    return not any(name_found(n, basis) for n in names(f"{claim}\n{around}", openers=True))
+    leading = _leading_names(chain)
+    for run in name_runs(f"{claim}\n{around}", openers=True):
+        if len(run) >= 2 and name_found(_initials(run), basis):
+            return False
+        for at, word in enumerate(run):
+            if name_found(word, basis) and not _other_bearer(word, run[at + 1:], basis, leading):
+                return False
+    return True
+
+
+def _leading_names(text: str) -> dict[str, set[str]]:
+    """Words of ``text`` that stand only before another name, as a given name does ("henrik"
+    in "Henrik Ibsen"), each with the last words of the names it leads ({"ibsen"}); not when
+    that last word names a kind of thing ("Hampshire County"), nor a word that also stands
+    alone or last somewhere in ``text``."""
+    leading: dict[str, set[str]] = {}
+    alone: set[str] = set()
+    for run in name_runs(text, openers=True):
+        if len(run) < 2 or run[-1] in GENERIC_NAMES:
+            alone.update(run)
+            continue
+        alone.add(run[-1])
+        for word in run[:-1]:
+            leading.setdefault(word, set()).add(run[-1])
+    return {word: lasts for word, lasts in leading.items() if word not in alone}
+
+
+def _other_bearer(word: str, after: list[str], basis: set[str], leading: dict[str, set[str]]) -> bool:
+    """Whether ``word``, followed in its own name by ``after``, names someone else than the
+    research's bearer of it: both use it before a last name, and none of the names after it
+    is the research's last name
+    ("Hans Henrik Stoermann-Naess" against "Henrik Ibsen", "Steven Amsterdam" against
+    "Steven Blankaart"). A word the research also uses alone or last is never another's."""
+    if not after or after[-1] in GENERIC_NAMES or name_found(word, basis - leading.keys()):
+        return False
+    lasts = set().union(*(lasts for lead, lasts in leading.items() if name_found(word, {lead})))
+    return not any(name_found(later, lasts) for later in after)
 
 
 # The text around a quoted sentence that the names checks read: a sentence often names its

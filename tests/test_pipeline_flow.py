@@ -1080,6 +1080,28 @@ def test_answer_support_takes_the_claims_that_carry_each_step():
     assert answer_support(confirmed, nodes[3:], "Porto", {"m4": "Bravo Ltd moved to Porto."}) == ["m4"]
 
 
+def test_a_claim_that_only_carries_the_answer_is_not_cited_beside_it():
+    """The Brand report cited "Hans Henrik Stoermann-Naess was a Norwegian sailor" beside
+    "Norway": it carries the answer's word and names nothing else of the research."""
+    from appliance.contracts import Importance, MergedClaim, NodeState, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import answer_support
+
+    def claim(cid, text):
+        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)],
+                           members=[cid], node_ids=["q2"])
+
+    confirmed = [claim("m1", "Brand is a play by the Norwegian playwright Henrik Ibsen."),
+                 claim("m2", "Hans Henrik Stoermann-Naess was a Norwegian sailor at the Summer Olympics."),
+                 claim("m3", "Ibsen was a citizen of Norway.")]
+    nodes = [NodeState(id="q1", question="Who wrote Brand?", answer="Henrik Ibsen"),
+             NodeState(id="q2", question="What country was #1 a citizen of?",
+                       resolved="What country was Henrik Ibsen a citizen of?", answer="Norway")]
+    asked = "What country was the author of Brand a citizen of?\nWho wrote Brand?\nWhat country was Henrik Ibsen a citizen of?\nHenrik Ibsen"
+    assert "m2" in answer_support(confirmed, nodes, "Norway")
+    assert answer_support(confirmed, nodes, "Norway", asked=asked) == ["m1", "m3"]
+
+
 @pytest.mark.parametrize("given", ["unknown", "Marie Curie", "Frank Herbert"])
 def test_a_direct_answer_not_resting_on_the_claims_is_dropped(given, flow_settings, tmp_path):
     result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=lambda m, s: ShortAnswer(answer=given))))

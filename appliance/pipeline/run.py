@@ -22,7 +22,7 @@ from .parts import ACCOUNTING_FIELDS, Models
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
-from .quotes import off_subject
+from .quotes import answer_rests_on, off_subject
 from .plan import plan_research, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
@@ -145,8 +145,13 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
     with _phase(run, "answer"):
         data.short_answer = short_answer(run, confirmed, data.nodes)
         if data.short_answer:
+            # The research without the final answer's own words: what a claim cited beside
+            # the answer must be about, beyond carrying the answer.
+            asked = "\n".join([run.ctx.question] + [n.asked for n in data.nodes] + [
+                n.answer for n in data.nodes if n.answer and not answer_rests_on(data.short_answer, n.answer)])
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
-                                                claim_contexts(run, confirmed))
+                                                claim_contexts(run, confirmed),
+                                                asked if run.settings.pipeline.name_check else None)
     with _phase(run, "synthesize"):
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)

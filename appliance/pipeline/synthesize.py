@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
 from .gather import dedupe_text
-from .quotes import answer_rests_on, grounded, quote_context, short_answer_or_empty, source_passages
+from .quotes import (answer_rests_on, grounded, off_subject, quote_context, short_answer_or_empty,
+                     source_passages)
 from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
@@ -115,14 +116,20 @@ ANSWER_CITES_PER_STEP = 2
 
 
 def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str,
-                   around: dict[str, str] | None = None) -> list[str]:
+                   around: dict[str, str] | None = None, asked: str | None = None) -> list[str]:
     """The confirmed claims the direct answer rests on, best-ranked first: for each answered
     sub-question, its claims whose text or quotes carry its answer (any of its claims when the
     answer is yes or no), then the claims that carry the final answer. A multi-hop answer so
     cites each hop that led to it, not only the last. ``around`` (claim id to the text around
     its quotes, which the answer also read) counts as the claim's text when no claim's own
-    words carry a step's answer."""
+    words carry a step's answer. With ``asked`` (the question, its sub-questions as researched
+    and their answers but the final one) a claim must also be about something they name
+    (``quotes.off_subject``): carrying the answer's word is not enough ("Hans Henrik
+    Stoermann-Naess was a Norwegian sailor" beside "Norway" for the country of Ibsen)."""
     around = around or {}
+    if asked is not None:
+        confirmed = [c for c in confirmed if not off_subject(
+            " ".join([c.text] + [q.quote for q in c.quotes]), asked, around.get(c.id, ""))]
 
     def carrying(pool: list[MergedClaim], step_answer: str) -> list[MergedClaim]:
         own = [c for c in pool

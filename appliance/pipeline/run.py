@@ -210,7 +210,12 @@ def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[Node
     run.stats.add(claims_tangential=len(ranked) - len(kept))
     if not run.settings.pipeline.name_check:
         return kept
-    chain = "\n".join([run.ctx.question] + [f"{n.asked}\n{n.answer}" for n in nodes])
+    # A last step's answer is what the claims are to bear out, not a subject of its own: a claim
+    # that names it and nothing else of the research ("a Norwegian sailor" for "Norway") is
+    # off subject. Answers that later steps build on, and the gap round's, count.
+    built_on = {d for n in nodes for d in n.depends_on}
+    chain = "\n".join([run.ctx.question] + [
+        f"{n.asked}\n{n.answer if n.id in built_on or n.from_gap_round else ''}" for n in nodes])
     around = claim_contexts(run, kept)
     on_subject = [c for c in kept if not off_subject(claim_text(c), chain, around.get(c.id, ""))]
     run.stats.add(claims_off_subject=len(kept) - len(on_subject))

@@ -1396,3 +1396,37 @@ def test_gaps_two_sub_questions_share_are_listed_once_in_markdown_and_json():
     listed = render_markdown(data).split("## Open Questions")[1].split("##")[0]
     assert listed.count("Henrik Ibsen born") == 1 and "When did he leave Norway?" in listed
     assert render_json(data)["open_questions"] == ["Where was Henrik Ibsen born?", "When did he leave Norway?"]
+
+
+def test_a_claim_naming_only_the_last_answer_is_not_verified(flow_settings, tmp_path):
+    """The last step's answer is what the claims bear out, not a subject of its own: "Lisbon is
+    the capital of Portugal" names nothing of the research but the answer to "Where was the
+    founder born?" (the Brand run verified "a Norwegian sailor" through "Norway"). The answer
+    a later step built on (Jane Roe) still counts."""
+    filler = " ".join(["The weather in the region is mild in most seasons of the year."] * 6)
+    lisbon = f"Jane Roe was born in Lisbon in 1870. {filler} Lisbon is the capital of Portugal."
+    pages = {"http://a.test/one": PAGES["http://a.test/one"], "http://d.test/four": lisbon}
+    hits = [Hit(url=u, title=u, rank=i + 1) for i, u in enumerate(pages)]
+
+    def extract(messages, seed):
+        if "capital of Portugal" in messages[-1]["content"]:
+            return Extraction(source_quality="primary", claims=[
+                {"claim": "Jane Roe was born in Lisbon.", "quote": "Jane Roe was born in Lisbon in 1870",
+                 "importance": "central"},
+                {"claim": "Lisbon is the capital of Portugal.", "quote": "Lisbon is the capital of Portugal",
+                 "importance": "central"}])
+        return _extract(messages, seed)
+
+    def node_answer(messages, seed):
+        asked = messages[-1]["content"].split("Question:")[-1]
+        return ShortAnswer(answer="Lisbon" if "born" in asked else "Jane Roe")
+
+    settings = flow_settings.with_overrides({"pipeline.sources_per_node": 1})
+    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract, **{"node-answer": node_answer})),
+                      hits=hits, pages=pages)
+    answers = {n["id"]: n["answer"] for n in result.report["plan"]["nodes"]}
+    assert answers["q1"] == "Jane Roe" and answers["q2"] == "Lisbon"
+    texts = {c["text"]: c for c in result.report["claims"]}
+    assert texts["Jane Roe was born in Lisbon."]["verdict"]["confirmed"]
+    assert not texts["Lisbon is the capital of Portugal."]["verdict"]
+    assert result.report["stats"]["claims_off_subject"] >= 1

@@ -395,9 +395,9 @@ def _leading_names(text: str) -> dict[str, set[str]]:
 def _other_bearer(word: str, after: list[str], basis: set[str], leading: dict[str, set[str]]) -> bool:
     """Whether ``word``, followed in its own name by ``after``, names someone else than the
     research's bearer of it: both use it before a last name, and none of the names after it
-    is the research's last name
-    ("Hans Henrik Stoermann-Naess" against "Henrik Ibsen", "Steven Amsterdam" against
-    "Steven Blankaart"). A word the research also uses alone or last is never another's."""
+    is the research's last name ("Hans Henrik Stoermann-Naess" against "Henrik Ibsen",
+    "Steven Amsterdam" against "Steven Blankaart"). A word the research also uses alone or
+    last is never another's."""
     if not after or after[-1] in GENERIC_NAMES or name_found(word, basis - leading.keys()):
         return False
     lasts = set().union(*(lasts for lead, lasts in leading.items() if name_found(word, {lead})))

@@ -1,5 +1,5 @@
 # appliance: `make install` sets everything up, `make test` checks it all.
-# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N, BENCH_LLM_FLAGS.
+# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N, EVAL_SETS, BENCH_LLM_FLAGS.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -99,5 +99,9 @@ $(BATCH_OUT)/targets.mk: $(QUESTIONS)
 batch: $(BATCH_OUT)/targets.mk
 	$(MAKE) -f $(BATCH_OUT)/targets.mk APPLIANCE=$(APPLIANCE) all
 
+# Both dev sets, every mode (pipeline, rag, iterative, closed-book), the first N questions of
+# each (N=50 for all); each set's table is printed with the paired differences.
+EVAL_SETS ?= ../shared/bench/musique-dev ../shared/bench/hotpotqa-dev
 eval:
-	$(BIN)/appliance eval $(BENCH) --limit $(N) --profile quick
+	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set: put the team's bench folder beside the checkout or name the sets with make eval EVAL_SETS='DIR ...'" >&2; exit 2; }; done
+	@for set in $(EVAL_SETS); do $(BIN)/appliance eval $$set --limit $(N) --profile quick || exit $$?; done

@@ -123,6 +123,7 @@ class PipelineSettings(_Section):
     plan_redraw_temperature: Temperature
     iterations: Count
     sources_per_node: Count
+    question_sources: Zeroable
     claims_per_source: Count
     source_chars: Annotated[int, Field(ge=100)]
     quote_sentences: bool

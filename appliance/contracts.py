@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Profile = Literal["quick", "standard", "deep"]
 Backend = Literal["auto", "searxng", "corpus"]
 Role = Literal["planner", "extractor", "verifier", "writer"]
-EvalMode = Literal["pipeline", "rag", "closed-book"]
+EvalMode = Literal["pipeline", "rag", "iterative", "closed-book"]
 PROFILES: tuple[str, ...] = get_args(Profile)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 ROLES: tuple[str, ...] = get_args(Role)
@@ -145,6 +145,14 @@ class ShortAnswer(_Out):
     """One-call answers (the rag and closed-book baselines)."""
 
     answer: str = Field(max_length=200)
+
+
+class IterativeStep(_Out):
+    """One reading step of the iterative baseline: what the passages so far establish, and
+    the next search ("" when they already answer the question)."""
+
+    known: str = Field(max_length=300)
+    next_search: str = Field(max_length=150)
 
 
 # ---------------------------------------------------------------- records that flow
@@ -275,6 +283,8 @@ class NodeState(_Rec):
     findings: str = ""
     gaps: list[str] = []
     from_gap_round: bool = False
+    # The question as asked, researched beside the plan's sub-questions (see run.py).
+    whole_question: bool = False
     error: Optional[str] = None
 
 

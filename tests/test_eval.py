@@ -113,25 +113,28 @@ def test_a_later_eval_of_other_modes_shows_every_mode_of_the_folder(small_datase
 
 @pytest.mark.slow
 def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatch):
-    """The issue's order: the baselines first, then the pipeline into the same folder; the
-    table then holds all three modes, recomputable from results.jsonl."""
+    """The baselines first, then the pipeline into the same folder; the table then holds all
+    four modes, recomputable from results.jsonl, with the pipeline paired against each."""
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     out = tmp_path / "eval"
     first = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out),
-                                      "--mode", "rag", "--mode", "closed-book"])
+                                      "--mode", "rag", "--mode", "iterative", "--mode", "closed-book"])
     assert first.exit_code == 0, first.output
     result = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out),
                                        "--mode", "pipeline"])
     assert result.exit_code == 0, result.output
     assert "| exact match |" in result.stdout and "pipeline" in result.stdout
-    assert table_modes((out / "eval.md").read_text()) == ["pipeline", "rag", "closed-book"]
+    modes = ["pipeline", "rag", "iterative", "closed-book"]
+    assert table_modes((out / "eval.md").read_text()) == modes
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted((r["id"], r["mode"]) for r in rows) == sorted(
-        (q, m) for q in {r["id"] for r in rows} for m in ("pipeline", "rag", "closed-book"))
-    assert len(rows) == 6
+        (q, m) for q in {r["id"] for r in rows} for m in modes)
+    assert len(rows) == 8
     assert (out / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for other in ("rag", "iterative", "closed-book"):
+        assert f"| pipeline - {other} |" in result.stdout
     table = json.loads((out / "eval.json").read_text())
-    again = json.loads(json.dumps(aggregate(rows, ["pipeline", "rag", "closed-book"])))
+    again = json.loads(json.dumps(aggregate(rows, modes)))
     assert again == table, "the table is recomputable from the per-question JSONL"
     for row in rows:
         assert row["model_calls"] + row["cache_hits"] >= 1
@@ -139,13 +142,25 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
             assert row["sp_recall"] is None and row["cited"] == []
         if row["mode"] == "rag":
             assert row["cited"] and row["sp_recall"] is not None
+            assert row["searches"] == [row["question"]]
+        if row["mode"] == "iterative":
+            # Its first search is the question; each later one is a step's own, never repeated.
+            assert row["searches"][0] == row["question"] and 1 <= len(row["searches"]) <= 3
+            assert len({s.lower() for s in row["searches"]}) == len(row["searches"])
+            assert row["cited"] and len(set(row["cited"])) == len(row["cited"])
+            assert row["model_calls"] + row["cache_hits"] >= len(row["searches"])
+        if row["mode"] != "pipeline":
+            # Every mode's answer passed the same checks: a checked answer is the raw one or
+            # a part of it, never words the model did not give.
+            assert row["raw_answer"] is not None
+            assert " ".join(row["prediction"].lower().split()) in " ".join(row["raw_answer"].lower().split())
     md = (out / "eval.md").read_text()
     assert md.count("|") > 30
 
     # A rerun resumes: nothing is answered again.
     again_run = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--out", str(out)])
     assert again_run.exit_code == 0, again_run.output
-    assert len((out / "results.jsonl").read_text().splitlines()) == 6
+    assert len((out / "results.jsonl").read_text().splitlines()) == 8
 
 
 # ------------------------------------------------------------------ eval through SearXNG

@@ -74,9 +74,11 @@ def flow_settings(tmp_path, monkeypatch):
     # Free quotes: these scripts quote fragments, some not in the page, to test the quote check.
     # No relevance check: every page answers every query here, so which node reads which page
     # is arbitrary (test_off_topic_claims_are_tangential checks it on its own).
+    # No node for the question as asked: these scripts count each sub-question's calls and
+    # pages (the question node's own tests below turn it on).
     return load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
                          overrides={"pipeline.gap_questions": 1, "pipeline.quote_sentences": False,
-                                    "pipeline.relevance_threshold": 0.0})
+                                    "pipeline.relevance_threshold": 0.0, "pipeline.question_sources": 0})
 
 
 @pytest.fixture
@@ -1430,3 +1432,61 @@ def test_a_claim_naming_only_the_last_answer_is_not_verified(flow_settings, tmp_
     assert texts["Jane Roe was born in Lisbon."]["verdict"]["confirmed"]
     assert not texts["Lisbon is the capital of Portugal."]["verdict"]
     assert result.report["stats"]["claims_off_subject"] >= 1
+
+
+# ------------------------------------------------------------------ the question itself, always researched
+
+def test_the_question_as_asked_is_one_more_node_after_the_plans():
+    from appliance.pipeline.run import with_question_node
+
+    planned = [NodeState(id="q1", question="Who founded Alpha Corp?"),
+               NodeState(id="q2", question="Where was #1 born?", depends_on=["q1"])]
+    nodes = with_question_node(planned, "Where was the founder of Alpha Corp born?", 2)
+    assert [n.id for n in nodes] == ["q1", "q2", "q3"]
+    assert nodes[-1].whole_question and nodes[-1].question == "Where was the founder of Alpha Corp born?"
+    assert nodes[-1].depends_on == []
+    # Not twice: a plan that already asks the question (the fallback plan), or the knob at 0.
+    assert with_question_node(planned[:1], "who founded alpha corp?", 2) == planned[:1]
+    assert with_question_node(planned, "Where was the founder of Alpha Corp born?", 0) == planned
+
+
+def test_the_question_node_reads_what_the_plan_left_and_its_claims_are_verified(flow_settings, tmp_path):
+    question = "Where was the founder of Alpha Corp born?"
+    pages = dict(PAGES, **{"http://d.test/four": "The founder of Alpha Corp, Jane Roe, was born in Lisbon."})
+    four = Hit(url="http://d.test/four", title="four", rank=1)
+    hits = {"Who founded Alpha Corp?": HITS[:1], "Where was the founder born? Jane Roe": HITS[1:2],
+            question: [HITS[0], four, HITS[2]]}
+
+    def extract(messages, seed):
+        if "The founder of Alpha Corp, Jane Roe" in messages[-1]["content"]:
+            return Extraction(source_quality="primary", claims=[
+                {"claim": "Jane Roe, founder of Alpha Corp, was born in Lisbon.",
+                 "quote": "The founder of Alpha Corp, Jane Roe, was born in Lisbon", "importance": "central"}])
+        return _extract(messages, seed)
+
+    answered: list[str] = []
+
+    def node_answer(messages, seed):
+        answered.append(messages[-1]["content"].rsplit("Question:", 1)[-1].strip())
+        return ShortAnswer(answer="Jane Roe")
+
+    engine = FakeEngine(script(extract=extract, **{"node-answer": node_answer}))
+    settings = flow_settings.with_overrides({"pipeline.question_sources": 2, "pipeline.gap_questions": 0})
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    backend = FakeBackend(hits)
+    result = research(question, settings, models=models, backend=backend, fetcher=FakeFetcher(pages),
+                      embedder=get_embedder(settings), out_dir=tmp_path / "reports")
+    report = result.report
+    whole = [n for n in report["plan"]["nodes"] if n["question"] == question]
+    assert len(whole) == 1 and whole[0]["id"] == "q3" and whole[0]["whole_question"]
+    # It searched the question as asked (no queries call for it) and read the two pages the
+    # plan's nodes left among the question's top pages, not the one q1 had read.
+    assert question in backend.queries
+    read = {json.loads(line)["url"] for line in (result.run_dir / "sources.jsonl").read_text().splitlines()}
+    assert {"http://d.test/four", "http://c.test/three"} <= read
+    mine = [c for c in report["claims"] if "q3" in c["node_ids"]]
+    assert {q["source_url"] for c in mine for q in c["quotes"]} <= {"http://d.test/four", "http://c.test/three"}
+    # Its claim is verified like any other's, and no short answer of its own was asked for.
+    assert any("born in Lisbon" in c["text"] and c["verdict"] and c["verdict"]["confirmed"] for c in mine)
+    assert answered and not any(a.startswith(question) for a in answered)
+    assert not whole[0]["answer"] and whole[0]["findings"]

@@ -15,7 +15,7 @@ from .research import run_settings
 @click.argument("dataset_dir", type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(EVAL_MODES),
-              help="Mode to run (repeat for several; default: all three).")
+              help="Mode to run (repeat for several; default: all of them).")
 @click.option("--profile", type=click.Choice(PROFILES), default=None,
               help="Profile of the pipeline mode.")
 @click.option("--model", "model_name", default=None, help="Manifest model to use for every role.")
@@ -42,7 +42,8 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     passage pages over HTTP; their URLs map back to passage ids, so passage recall still
     counts. The corpus server's host must be in fetch.allow_hosts.
     """
-    from ..evaluation.output import columns, folder_rows, render_chart, render_table, summarize_columns
+    from ..evaluation.output import (columns, folder_rows, paired_lines, render_chart, render_table,
+                                     summarize_columns)
     from ..evaluation.runner import MODES, EvalRun, corpus_name_for, load_dataset
     from ..pipeline.parts import open_run_parts
     from ..sources.corpus import Corpus
@@ -75,7 +76,7 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {', '.join(models_used)}"
              + (f", profile {', '.join(profiles)}" if profiles else "")
              + (", search through SearXNG" if backend == "searxng" else ""))
-    markdown = render_table(table, title)
+    markdown = render_table(table, title) + paired_lines(grouped)
     (out / "eval.md").write_text(markdown, encoding="utf-8")
     (out / "eval.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
     render_chart(table, out / "eval.png", title)

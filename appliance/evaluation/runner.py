@@ -1,15 +1,15 @@
 """Run a question set in each mode and score it.
 
 Modes: ``pipeline`` (the full research pipeline; the direct answer it draws from its confirmed
-claims with the same short-answer prompt as the baselines, and its cited sources),
-``rag`` (one retrieval of the top passages and one model call: the baseline) and
-``closed-book`` (the model alone). Results are appended per question as JSON lines, so an
+claims with the same short-answer prompt as the baselines, and its cited sources), and the
+baselines of ``baselines.py``: ``rag`` (one retrieval, one call), ``iterative`` (up to three
+retrieve-and-read rounds, then the answer) and ``closed-book`` (the model alone). Every mode's
+answer passes the same answer checks. Results are appended per question as JSON lines, so an
 interrupted eval resumes where it stopped; model calls replay from the call cache.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import time
@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import Settings
-from ..contracts import EVAL_MODES, ShortAnswer
+from ..contracts import EVAL_MODES
 from ..errors import ModelOutputError, UsageError
-from ..pipeline import prompts
 from ..pipeline.quotes import _normalise
 from ..sources.serve import passage_id_from_url
-from . import scoring
+from . import baselines, scoring
+from .baselines import BaselineAnswer
 
 MODES = EVAL_MODES
-RAG_PASSAGES = 5
-RAG_PASSAGE_CHARS = 700
 PIPELINE_STATS = ("nodes", "plan_draws", "sources_fetched", "sources_off_topic", "claims_extracted", "quotes_rejected", "claims_from_quote",
                   "claims_tangential", "claims_off_subject", "claims_merged", "claims_after_dedup", "verified",
                   "confirmed", "confirmed_verbatim", "claims_restated", "killed", "votes_skipped", "llm_busy_share", "wall_seconds")
@@ -148,15 +146,17 @@ class EvalRun:
         before = self.models.totals()
         start = time.monotonic()
         answer, faithful, status = "", (0, 0), "ok"
+        raw: str | None = None
+        searches: list[str] = []
         cited: list[str] = []
         run_stats: dict[str, Any] = {}
         try:
             if mode == "pipeline":
                 answer, cited, faithful, status, run_stats = self._pipeline(item)
-            elif mode == "rag":
-                answer, cited = self._rag(item)
             else:
-                answer = self._closed_book(item)
+                base = self._baseline(item, mode)
+                answer, raw, cited = base.answer, base.raw, [passage_id(u) for u in base.cited_urls]
+                searches = base.searches
         except ModelOutputError as exc:
             status = f"failed: {exc.message}"
         seconds = time.monotonic() - start
@@ -166,7 +166,7 @@ class EvalRun:
         return {
             "id": item["id"], "mode": mode, "profile": self.settings.pipeline.profile,
             "model": self.models.label(), "question": item["question"], "gold": item.get("answer", ""),
-            "prediction": answer, "status": status,
+            "prediction": answer, "raw_answer": raw, "searches": searches, "status": status,
             "em": scoring.exact_match(answer, golds), "f1": scoring.token_f1(answer, golds),
             "contains": scoring.contains_answer(answer, golds),
             "cited": cited,
@@ -193,26 +193,15 @@ class EvalRun:
         # short-answer prompt rag and closed-book use (one call of the run, counted in its stats).
         return report.get("short_answer", ""), cited, faithful, result.status, report.get("stats", {})
 
-    def _rag(self, item: dict) -> tuple[str, list[str]]:
-        hits = self.backend.search(item["question"], RAG_PASSAGES)
-        sources = self.fetcher.fetch_many([h.url for h in hits])
-        passages = "\n\n".join(f"[{i}] {s.title}: {s.text[:RAG_PASSAGE_CHARS]}"
-                               for i, s in enumerate(sources, start=1) if s.ok)
-        messages = prompts.short_answer(item["question"], passages, _today())
-        out = self.models.writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS,
-                                            purpose="rag-answer", temperature=self.settings.llm.answer_temperature)
-        return out.answer, [passage_id(h.url) for h in hits]
-
-    def _closed_book(self, item: dict) -> str:
-        messages = prompts.short_answer(item["question"], None, _today())
-        out = self.models.writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS,
-                                            purpose="closed-book-answer",
-                                            temperature=self.settings.llm.answer_temperature)
-        return out.answer
-
-
-def _today() -> str:
-    return dt.date.today().isoformat()
+    def _baseline(self, item: dict, mode: str) -> BaselineAnswer:
+        writer, temperature = self.models.writer, self.settings.llm.answer_temperature
+        if mode == "rag":
+            return baselines.rag(item["question"], writer=writer, backend=self.backend, fetcher=self.fetcher,
+                                 temperature=temperature)
+        if mode == "iterative":
+            return baselines.iterative(item["question"], writer=writer, backend=self.backend,
+                                       fetcher=self.fetcher, temperature=temperature)
+        return baselines.closed_book(item["question"], writer=writer, temperature=temperature)
 
 
 METRICS = [("em", "exact match"), ("f1", "token F1"), ("contains", "answer contained"),

@@ -174,7 +174,8 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
         focus = query_with_answers(node, parents)
         turnstile.wait((node.id, iteration))
         try:
-            admitted = _admit(run, hits, settings.sources_per_node)
+            admitted = _admit(run, hits, settings.question_sources if node.whole_question
+                              else settings.sources_per_node)
             sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
             for hit, source in zip(admitted, sources):
                 if not source.title:
@@ -188,7 +189,7 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
             source_index += 1
             if bears:
                 node_claims.extend(_read_source(run, node, parent_text, source, source_index, focus))
-        if iteration + 1 >= iterations:
+        if iteration + 1 >= iterations or node.whole_question:
             break
         queries = _reflect(run, node, node_claims, effort)
         if not queries:
@@ -200,8 +201,9 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
 def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], parent_text: str,
                    effort: int) -> list[str]:
     # With one query a node searches its own sub-question, its parents' answers added: no
-    # model call is needed (hybrid search matches the names as they are).
-    if effort <= 1:
+    # model call is needed (hybrid search matches the names as they are). The question as
+    # asked is searched as it is, as one retrieval call would.
+    if effort <= 1 or node.whole_question:
         return [query_with_answers(node, parents)]
     messages = prompts.queries(run.ctx, node.asked, parent_text, effort)
     out = ask(run, run.models.extractor, messages, bounded(SearchQueries, queries=(1, effort)),
@@ -396,6 +398,12 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     with run.sources_lock:
         texts = {url: s.text for url, s in run.sources.items() if s.ok}
     relevant = about(run, focus, [c for c in claims if c.importance != Importance.tangential], texts)
+    if node.whole_question:
+        # Its claims go to the run's answer with every other node's; a short answer of its own
+        # would be one more call, read from fewer pages than the run's answer reads, and a
+        # gap for the question itself is no new sub-question.
+        node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
+        return
     if not relevant:
         node.findings = ""
         node.gaps = dedupe_text(node.gaps + [node.asked])

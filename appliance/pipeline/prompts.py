@@ -250,6 +250,28 @@ def asked_kind(question: str) -> str:
     return match.group(1).lower() if match else ""
 
 
+ITERATIVE_STEP_TOKENS = 120
+
+
+def iterative_step(question: str, passages: str, searches: list[str], today: str) -> Messages:
+    """One step of the iterative baseline (retrieve, read, retrieve again with what was
+    learnt): say what the passages establish and name the one search still needed."""
+    system = (
+        f"Today is {today}. You answer a question by searching a document collection, one "
+        "search at a time. Read the passages found so far. In known, write in one short "
+        "sentence what they say that leads to the answer (the names, places and dates they "
+        "give). In next_search, write the one short search that would find what is still "
+        "missing, using the names the passages gave; write an empty string when the passages "
+        "already answer the question.\n"
+        "Example question: Where was the author of Dune born?\n"
+        'Example answer: {"known": "Dune was written by Frank Herbert.", '
+        '"next_search": "Frank Herbert birthplace"}'
+    )
+    user = (f"{_data_block('PASSAGES', passages)}\nSearches done: {'; '.join(searches)}\n"
+            f"Question: {question}")
+    return _msgs(system, user)
+
+
 def short_answer(question: str, passages: str | None, today: str) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and

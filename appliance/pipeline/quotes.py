@@ -195,9 +195,12 @@ def answer_rests_on(answer: str, text: str) -> bool:
     return sum(1 for w in words if word_found(w, basis)) >= 0.5 * len(words)
 
 
-def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str:
+def short_answer_or_empty(answer: str, evidence: str | None, question: str = "") -> str:
     """``answer`` (white space folded, trailing period dropped) when it is an answer that rests
     on ``evidence``; "" when it says there is none, or names things the evidence does not.
+    ``evidence`` None (an answer from memory, read from nothing) skips only the resting check:
+    every check of the answer's form still applies, so each eval mode is scored on the terms
+    the pipeline's answer is.
 
     Yes and no rest on the evidence by their nature (the question says what they answer) but
     answer only a yes/no question; any other short answer needs at least half of its content words in the evidence, word forms
@@ -209,14 +212,14 @@ def short_answer_or_empty(answer: str, evidence: str, question: str = "") -> str
     if question:
         text = answer_part(text, question)
     low = text.lower()
-    if not text or _NO_ANSWER.match(low) or echoes_example(text, evidence, question):
+    if not text or _NO_ANSWER.match(low) or echoes_example(text, evidence or "", question):
         return ""
     if _YES_NO.match(low):
         # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
         return text if not question or is_yes_no(question) else ""
     if restates(text, question) or not has_asked_form(text, asked_form(question) if question else "phrase"):
         return ""
-    return text if answer_rests_on(text, evidence) else ""
+    return text if evidence is None or answer_rests_on(text, evidence) else ""
 
 
 # A sentence for an answer: this many words or more.

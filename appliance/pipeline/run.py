@@ -108,7 +108,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.plan_failed, f"planning failed: {exc.message}"
             return
-        nodes = topo_order(checked.nodes)
+        nodes = with_question_node(topo_order(checked.nodes), run.ctx.question, settings.question_sources)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
         run.questions = [n.question for n in nodes]
         run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes), plan_draws=len(drawn))
@@ -157,6 +157,19 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             data.synthesis = synthesize(run, confirmed, data.short_answer)
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.synthesis_failed, f"synthesis failed: {exc.message}"
+
+
+def with_question_node(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
+    """The plan's nodes and, last, the question as asked (unless a node already asks it, or
+    ``sources`` is 0): searched for itself and read like any node, so the answer never rests
+    on less than one retrieval call would read, whatever the plan. Last, so the sub-questions
+    read their own pages first (a page is read by one node) and this one reads what of the
+    question's top pages they left. Nothing depends on it: its findings never steer a hop."""
+    if not sources or any(n.question.strip().lower() == question.strip().lower() for n in nodes):
+        return nodes
+    used = {n.id for n in nodes}
+    node_id = next(f"q{i}" for i in range(len(nodes) + 1, len(nodes) + 100) if f"q{i}" not in used)
+    return nodes + [NodeState(id=node_id, question=question, whole_question=True)]
 
 
 def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dict[str, Verdict],

@@ -1,0 +1,105 @@
+"""The baselines the pipeline must beat, with the same model, corpus and answer checks.
+
+- ``rag``: one search for the question, its top passages, one short-answer call.
+- ``iterative``: retrieve, read, retrieve again with what was learnt (IRCoT / Self-Ask
+  style): up to ``ITERATIVE_ROUNDS`` searches, each followed by one call that says what the
+  passages so far establish and names the next search (or none), then the short-answer call
+  over every passage found.
+- ``closed-book``: the short-answer call alone, from the model's memory.
+
+Every answer goes through ``quotes.short_answer_or_empty``, the checks the pipeline's own
+direct answer passes (the asked form, no restating of the question, no "unknown", yes or no
+only for a yes/no question, the part of a sentence that answers; and, where passages were
+read, resting on them), so all modes are scored on one set of terms. The raw model answer is
+kept beside the checked one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from ..contracts import IterativeStep, ShortAnswer, Source
+from ..errors import ModelOutputError
+from ..pipeline import prompts
+from ..pipeline.quotes import short_answer_or_empty
+
+RAG_PASSAGES = 5
+RAG_PASSAGE_CHARS = 700
+ITERATIVE_ROUNDS = 3
+
+
+@dataclass
+class BaselineAnswer:
+    """A baseline's checked answer, the model's raw one, and the passages it read."""
+
+    answer: str
+    raw: str
+    cited_urls: list[str] = field(default_factory=list)
+    searches: list[str] = field(default_factory=list)
+
+
+def passages_text(sources: list[Source]) -> str:
+    """The passages a baseline reads, numbered, each cut to ``RAG_PASSAGE_CHARS``."""
+    return "\n\n".join(f"[{i}] {s.title}: {s.text[:RAG_PASSAGE_CHARS]}"
+                       for i, s in enumerate(sources, start=1))
+
+
+def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float) -> tuple[str, str]:
+    messages = prompts.short_answer(question, evidence, _today())
+    out = writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
+                            temperature=temperature)
+    return short_answer_or_empty(out.answer, evidence, question), out.answer
+
+
+def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:
+    """The top passages of ``query`` not read before (a page is read once per question);
+    their URLs are added to ``seen`` in rank order."""
+    urls = [h.url for h in backend.search(query, RAG_PASSAGES) if h.url not in seen]
+    seen.extend(urls)
+    return [s for s in fetcher.fetch_many(urls) if s.ok] if urls else []
+
+
+def rag(question: str, *, writer, backend, fetcher, temperature: float) -> BaselineAnswer:
+    """One retrieval of the question's top passages and one short-answer call."""
+    hits = backend.search(question, RAG_PASSAGES)
+    sources = [s for s in fetcher.fetch_many([h.url for h in hits]) if s.ok]
+    answer, raw = _answer(writer, question, passages_text(sources), "rag-answer", temperature)
+    return BaselineAnswer(answer, raw, [h.url for h in hits], [question])
+
+
+def iterative(question: str, *, writer, backend, fetcher, temperature: float,
+              rounds: int = ITERATIVE_ROUNDS) -> BaselineAnswer:
+    """Search, read, and search again with what was read, up to ``rounds`` searches; then the
+    short answer from every passage found. A step that fails to give valid output ends the
+    searching (the answer is still read from what was found); a search repeated is not run."""
+    seen: list[str] = []
+    sources: list[Source] = []
+    searches: list[str] = []
+    query = question
+    for round_number in range(1, rounds + 1):
+        searches.append(query)
+        sources += _read(backend, fetcher, query, seen)
+        if round_number == rounds:
+            break
+        messages = prompts.iterative_step(question, passages_text(sources), searches, _today())
+        try:
+            step = writer.structured(messages, IterativeStep, max_tokens=prompts.ITERATIVE_STEP_TOKENS,
+                                     purpose="iterative-step", temperature=temperature)
+        except ModelOutputError:
+            break
+        query = " ".join(step.next_search.split())
+        if not query or query.lower() in (s.lower() for s in searches):
+            break
+    answer, raw = _answer(writer, question, passages_text(sources), "iterative-answer", temperature)
+    return BaselineAnswer(answer, raw, seen, searches)
+
+
+def closed_book(question: str, *, writer, temperature: float) -> BaselineAnswer:
+    """The model alone: no passages (the answer's form is checked, not its grounding)."""
+    answer, raw = _answer(writer, question, None, "closed-book-answer", temperature)
+    return BaselineAnswer(answer, raw)
+
+
+def _today() -> str:
+    return dt.date.today().isoformat()

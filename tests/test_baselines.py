@@ -1,0 +1,92 @@
+"""The eval baselines' control flow (a scripted model over a tiny in-memory collection): the
+iterative rounds, and the answer checks every mode shares with the pipeline. The real model
+runs them end to end in tests/test_eval.py."""
+
+from __future__ import annotations
+
+from appliance.contracts import Hit, IterativeStep, ShortAnswer, Source
+from appliance.errors import ModelOutputError
+from appliance.evaluation import baselines
+
+from fakes import FakeEngine
+
+PAGES = {
+    "u1": ("Lake Ormund", "Lake Ormund lies in the Varn Valley. The lake was dammed by Edda Vask in 1911."),
+    "u2": ("Edda Vask", "Edda Vask was an engineer born in Trelby."),
+    "u3": ("Trelby", "Trelby is a town on the coast of Norland."),
+}
+
+
+KEYWORDS = {"u1": {"lake", "ormund", "dammed"}, "u2": {"edda", "vask"}, "u3": {"trelby", "norland"}}
+
+
+class Collection:
+    """Search by keywords: the pages sharing a word with the query, in page order."""
+
+    name = "test"
+
+    def __init__(self):
+        self.queries: list[str] = []
+
+    def search(self, query: str, limit: int) -> list[Hit]:
+        self.queries.append(query)
+        words = set(query.lower().replace("?", "").split())
+        return [Hit(url=u, title=PAGES[u][0]) for u in PAGES if words & KEYWORDS[u]][:limit]
+
+
+class Fetcher:
+    def fetch_many(self, urls):
+        return [Source(url=u, title=PAGES[u][0], text=PAGES[u][1]) for u in urls]
+
+
+QUESTION = "Where was the engineer who dammed Lake Ormund born?"
+
+
+def run_iterative(steps, answer="Trelby"):
+    queue = list(steps)
+    engine = FakeEngine({"iterative-step": lambda m, s: queue.pop(0),
+                         "iterative-answer": lambda m, s: ShortAnswer(answer=answer)})
+    backend = Collection()
+    out = baselines.iterative(QUESTION, writer=engine, backend=backend, fetcher=Fetcher(), temperature=0.0)
+    return out, engine, backend
+
+
+def test_iterative_searches_again_with_what_it_read():
+    out, engine, backend = run_iterative([IterativeStep(known="Edda Vask dammed it.", next_search="Edda Vask"),
+                                          IterativeStep(known="Born in Trelby.", next_search="")])
+    assert out.searches == [QUESTION, "Edda Vask"]
+    assert out.cited_urls == ["u1", "u2"]
+    assert out.answer == "Trelby"
+    assert [p for p, _ in engine.calls] == ["iterative-step", "iterative-step", "iterative-answer"]
+    # The answer read every passage found, in the order found.
+    assert backend.queries == [QUESTION, "Edda Vask"]
+
+
+def test_iterative_stops_at_three_searches_and_never_repeats_one():
+    out, engine, _ = run_iterative([IterativeStep(known="", next_search="Edda Vask"),
+                                    IterativeStep(known="", next_search="Trelby Norland")])
+    assert out.searches == [QUESTION, "Edda Vask", "Trelby Norland"]
+    assert [p for p, _ in engine.calls].count("iterative-step") == 2  # no step after the last search
+    again, engine, _ = run_iterative([IterativeStep(known="", next_search=QUESTION.upper())])
+    assert again.searches == [QUESTION]
+    assert [p for p, _ in engine.calls] == ["iterative-step", "iterative-answer"]
+
+
+def test_a_failed_step_still_answers_from_what_was_found():
+    out, engine, _ = run_iterative([ModelOutputError("iterative-step: invalid output")])
+    assert out.searches == [QUESTION] and out.cited_urls == ["u1"]
+    assert [p for p, _ in engine.calls] == ["iterative-step", "iterative-answer"]
+
+
+def test_baselines_answers_pass_the_pipelines_answer_checks():
+    # An answer naming what no passage read names is no answer, as in the pipeline.
+    out, _, _ = run_iterative([IterativeStep(known="", next_search="")], answer="Oslo")
+    assert out.answer == "" and out.raw == "Oslo"
+    engine = FakeEngine({"rag-answer": lambda m, s: ShortAnswer(answer="unknown"),
+                         "closed-book-answer": lambda m, s: ShortAnswer(answer="Yes")})
+    rag = baselines.rag(QUESTION, writer=engine, backend=Collection(), fetcher=Fetcher(), temperature=0.0)
+    assert rag.answer == "" and rag.raw == "unknown"
+    # Yes answers only a yes/no question; from memory nothing is read, so only the form counts.
+    assert baselines.closed_book(QUESTION, writer=engine, temperature=0.0).answer == ""
+    engine = FakeEngine({"closed-book-answer": lambda m, s: ShortAnswer(answer="Trelby.")})
+    assert baselines.closed_book(QUESTION, writer=engine, temperature=0.0).answer == "Trelby"

@@ -171,7 +171,7 @@ def test_profile_from_the_environment(tmp_path):
     compared as part of the profile)."""
     settings = load_settings(env={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_PIPELINE_PROFILE": "quick"})
     assert settings.pipeline.profile == "quick" and settings.pipeline.verify_top == 6
-    assert settings.fetch.budget == 8
+    assert settings.fetch.budget == 10
 
 
 # ============================================================================ row B: corpus files

@@ -349,7 +349,7 @@ class Runner:
                  poll_seconds: float = 0.3):
         self.queue = queue
         self.config_file = config_file
-        self.workers = max(1, workers)
+        self.workers = max(0, workers)   # 0: queue only, nothing runs (maintenance, tests)
         self.poll_seconds = poll_seconds
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -19,8 +19,9 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 @click.option("--token", default=None, envvar="APPLIANCE_SERVE_TOKEN",
               help="Token every request must carry (Authorization: Bearer TOKEN). Generated and printed "
                    "once when binding beyond loopback without one. Env: APPLIANCE_SERVE_TOKEN.")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Runs at once. The model is one sequential resource on a CPU: keep 1 there.")
+@click.option("--workers", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="Runs at once. The model is one sequential resource on a CPU: keep 1 there. "
+                   "0 accepts and queues runs without running any (maintenance).")
 @click.option("--max-queued", type=click.IntRange(1, 100000), default=None,
               help="Queued runs beyond which submissions are refused with 429 (default 100).")
 def serve(host, port, token, workers, max_queued):

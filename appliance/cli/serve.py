@@ -58,4 +58,23 @@ def serve(host, port, token, workers, max_queued):
         runner.stop()
 
 
-COMMANDS = [serve]
+@click.command()
+@click.option("--workers", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="Runs at once when this process runs the queue (it does unless `serve` holds it).")
+def mcp(workers):
+    """Serve research as MCP tools over STDIO (no network listener) for a local agent client.
+
+    Tools: research (queues a run, returns its id), get_report, search_corpus, list_runs. The
+    queue is the one `appliance serve` uses; if a server holds it, that server runs the jobs.
+    """
+    from ..mcp_tools import build_server
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    server = build_server(app().config_file, workers=workers)
+    try:
+        server.run("stdio")
+    finally:
+        server.appliance_runner.stop()
+
+
+COMMANDS = [serve, mcp]

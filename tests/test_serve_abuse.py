@@ -127,3 +127,15 @@ def test_token_beyond_loopback(tmp_path):
         assert "Traceback" not in server.log_text()
     finally:
         server.stop()
+
+
+def test_corpora_models_doctor(server):
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        corpora = client.get("/api/corpora").json()["corpora"]
+        assert [c["name"] for c in corpora] == ["tiny"] and corpora[0]["documents"] == 3
+        hits = client.get("/api/corpora/tiny/search", params={"q": "Mira Holt surveyor"}).json()["hits"]
+        assert hits and hits[0]["url"].startswith("corpus://tiny/")
+        one_line_error(client.get("/api/corpora/tiny/search"), 400)
+        assert "smollm2-135m" in {m["name"] for m in client.get("/api/models").json()["models"]}
+        doctor = client.get("/api/doctor")
+        assert doctor.status_code == 200 and doctor.json()["checks"]

@@ -39,6 +39,9 @@ class RunStatus(StrEnum):
     synthesis_failed = "synthesis_failed"
     plan_failed = "plan_failed"
     error = "error"
+    # Stopped on request (a served job's cancel) at its next model call; the report holds
+    # what was done until then. Not a failure: nobody's run broke.
+    cancelled = "cancelled"
 
     @property
     def failed(self) -> bool:

@@ -84,3 +84,9 @@ class ContextOverflowError(ApplianceError):
     """A prompt cannot fit the model's context window, even after trimming its variable text."""
 
     exit_code = 4
+
+
+class RunCancelled(ApplianceError):
+    """A run was asked to stop (a served job's cancel); raised at its next model call."""
+
+    exit_code = 130

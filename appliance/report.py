@@ -21,6 +21,7 @@ STATUS_TEXT = {
     RunStatus.plan_failed: "failed: the question could not be planned",
     RunStatus.synthesis_failed: "partial: the report could not be written; verified claims are listed as they are",
     RunStatus.error: "failed part-way: an unexpected error stopped the run; what was finished is shown",
+    RunStatus.cancelled: "cancelled: stopped on request; what was finished is shown",
 }
 
 # Characters that change how a line renders wherever they stand: escapes, code, emphasis,

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflection, SearchQueries,
                          ShortAnswer, Source, bounded, quoting_extraction)
-from ..errors import SearchError, StateError
+from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .quotes import (find_quote, grounded, names_unsupported, off_subject, quotable_sentences,
                      quote_context, short_answer_or_empty, source_passages)
@@ -108,9 +108,10 @@ def _drive(run: RunContext, nodes: list[NodeState], effort: int, iterations: int
             try:
                 claims[node_id] = future.result()
                 node.status = "done"
-            except StateError:
+            except (StateError, RunCancelled):
                 # A full or read-only state folder fails every node alike: stop the run with
-                # the one clear message instead of recording each node as failed.
+                # the one clear message instead of recording each node as failed. A cancel
+                # stops the whole run, not one node.
                 raise
             except Exception as exc:  # a bug in one node must not discard the others' work
                 node.status = "failed"

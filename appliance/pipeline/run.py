@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import Settings, state_dir
 from ..contracts import Importance, MergedClaim, NodeState, ReportData, RunStatus, Verdict
-from ..errors import ApplianceError, ModelOutputError, StateError
+from ..errors import ApplianceError, ModelOutputError, RunCancelled, StateError
 from ..questions import clean_question, run_id_for
 from ..report import render_json, render_markdown
 from . import prompts
@@ -81,9 +81,13 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
     except Exception as exc:  # noqa: BLE001 - any failure still gives a report
         if isinstance(exc, StateError):
             raise  # nowhere to write a report: the CLI says how to free the state folder
-        data.status, data.error = RunStatus.error, f"{type(exc).__name__}: {exc}"
-        data.sources = dict(run.sources)
-        failure_code = exc.exit_code if isinstance(exc, ApplianceError) else 1
+        if isinstance(exc, RunCancelled):
+            data.status, data.error = RunStatus.cancelled, exc.message
+            data.sources = dict(run.sources)
+        else:
+            data.status, data.error = RunStatus.error, f"{type(exc).__name__}: {exc}"
+            data.sources = dict(run.sources)
+            failure_code = exc.exit_code if isinstance(exc, ApplianceError) else 1
     finally:
         for remove in removers:
             remove()

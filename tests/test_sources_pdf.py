@@ -74,3 +74,25 @@ def test_a_pdf_page_is_searched_and_cited_with_its_label(tmp_path):
     corpus.add([folder])
     hits = corpus.search("how much did revenue grow", limit=3)
     assert hits and hits[0].title == "annual-report.pdf, p. 1"
+
+
+def test_an_encrypted_pdf_is_a_named_skip(tmp_path):
+    from pypdf import PdfReader, PdfWriter
+
+    from appliance.sources.ingest import ReadLog, iter_documents
+
+    plain = tmp_path / "plain.pdf"
+    write_pdf(plain, ["Secret figures for the board"])
+    writer = PdfWriter()
+    for page in PdfReader(str(plain)).pages:
+        writer.add_page(page)
+    writer.encrypt(user_password="pw", algorithm="RC4-128")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    with (folder / "locked.pdf").open("wb") as handle:
+        writer.write(handle)
+    (folder / "notes.md").write_text("# Notes\n\nThe rest of the folder is still added.\n")
+    log = ReadLog()
+    docs = list(iter_documents([folder], log))
+    assert [d.title for d in docs] == ["Notes"]
+    assert len(log.skipped) == 1 and log.skipped[0].endswith("locked.pdf: encrypted PDF (give a decrypted copy)")

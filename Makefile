@@ -22,6 +22,8 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=O
 
 BENCH ?= ../shared/bench/musique-dev
 DATASET ?= $(BENCH)
+# The demo corpus ships with the project (data/demo/README.md: source and licence).
+DEMO_CORPUS ?= data/demo/corpus.jsonl
 Q ?=
 N ?= 10
 
@@ -45,12 +47,12 @@ models: deps
 	$(PY) scripts/fetch_models.py
 
 demo-corpus: venv
-	@test -f $(BENCH)/corpus.jsonl || { echo "error: no demo corpus at $(BENCH)/corpus.jsonl: put the bench folder there or name it with make install BENCH=DIR" >&2; exit 2; }
-	$(BIN)/appliance corpus add $(BENCH)/corpus.jsonl --name default
+	@test -f $(DEMO_CORPUS) || { echo "error: no demo corpus at $(DEMO_CORPUS): restore it with git checkout -- data/demo or name one with make install DEMO_CORPUS=FILE" >&2; exit 2; }
+	$(BIN)/appliance corpus add $(DEMO_CORPUS) --name default
 
 test: ## the type check, then the whole test suite (real model, real LanceDB, real SearXNG on loopback)
 	$(PY) -m mypy
-	TEST_BENCH_DIR="$(abspath $(BENCH))" $(PY) -m pytest tests
+	$(if $(wildcard $(BENCH)),TEST_BENCH_DIR="$(abspath $(BENCH))") $(PY) -m pytest tests
 
 run: ## make run Q="your question"
 	@test -n "$(Q)" || { echo 'usage: make run Q="your question"' >&2; exit 2; }
@@ -103,5 +105,5 @@ batch: $(BATCH_OUT)/targets.mk
 # each (N=50 for all); each set's table is printed with the paired differences.
 EVAL_SETS ?= ../shared/bench/musique-dev ../shared/bench/hotpotqa-dev
 eval:
-	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set: put the team's bench folder beside the checkout or name the sets with make eval EVAL_SETS='DIR ...'" >&2; exit 2; }; done
+	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set (questions.jsonl, corpus.jsonl): put the team's bench beside the checkout, or name the sets with make eval EVAL_SETS='DIR ...' (EVAL_SETS=data/demo: the five shipped questions)" >&2; exit 2; }; done
 	@for set in $(EVAL_SETS); do $(BIN)/appliance eval $$set --limit $(N) --profile quick || exit $$?; done

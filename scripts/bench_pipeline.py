@@ -46,6 +46,8 @@ def main() -> int:
     parser.add_argument("--home", default=str(REPO / ".build" / "bench-pipeline"))
     parser.add_argument("--dataset", default=str(DATASET))
     args = parser.parse_args()
+    if not (Path(args.dataset) / "questions.jsonl").is_file():
+        sys.exit(f"error: no bench at {args.dataset} (questions.jsonl, corpus.jsonl): name it with --dataset DIR")
     os.environ["APPLIANCE_HOME"] = args.home
 
     from appliance.config import load_settings

@@ -51,6 +51,8 @@ def main() -> int:
     parser.add_argument("--profile", default="quick")
     parser.add_argument("--out", type=Path, default=None, help="also write each question's plans as JSONL here")
     args = parser.parse_args()
+    if not (args.dataset / "questions.jsonl").is_file():
+        sys.exit(f"error: no bench at {args.dataset} (questions.jsonl): name it with --dataset DIR")
 
     from appliance.config import load_settings
     from appliance.llm import ModelPool

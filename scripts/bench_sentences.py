@@ -6,7 +6,7 @@ sentence ends that the splitter also makes (recall) and the share of the splitte
 pysbd also makes (precision), counted as character offsets in each passage.
 
 Usage: .venv/bin/python scripts/bench_sentences.py [CORPUS.jsonl] [--show N]
-(default corpus: ../shared/bench/musique-dev/corpus.jsonl)
+(default corpus: the shipped demo corpus, data/demo/corpus.jsonl)
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def timed(split, texts: list[str]) -> tuple[list[list[str]], float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", nargs="?", default=str(REPO.parent / "shared" / "bench" / "musique-dev" / "corpus.jsonl"))
+    parser.add_argument("corpus", nargs="?", default=str(REPO / "data" / "demo" / "corpus.jsonl"),
+                        help="JSONL passages (default: the shipped demo corpus)")
     parser.add_argument("--show", type=int, default=8, help="disagreements with pysbd to print")
     args = parser.parse_args()
     texts = [json.loads(line)["text"] for line in Path(args.corpus).read_text(encoding="utf-8").splitlines()

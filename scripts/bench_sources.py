@@ -244,6 +244,8 @@ def main() -> int:
     parser.add_argument("--parts", default="corpus,searxng", help="comma-separated: corpus, searxng")
     parser.add_argument("--out", default=str(REPO / "bench-out" / "sources.json"), help="JSON results file")
     args = parser.parse_args()
+    if not (MUSIQUE / "questions.jsonl").is_file():
+        sys.exit(f"error: no bench at {MUSIQUE} (questions.jsonl, corpus.jsonl): put the team's musique-dev folder there")
 
     questions = [json.loads(line) for line in (MUSIQUE / "questions.jsonl").open(encoding="utf-8")]
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -45,7 +45,7 @@ def test_peer_answer_scored_by_the_appliance_scorer():
 def test_dry_run_checks_every_step_and_runs_no_model(tmp_path):
     from conftest import BENCH_DIR as bench
     if not bench.is_dir():
-        pytest.skip(f"{bench} not found")
+        pytest.skip(f"the team bench folder {bench} is not beside the checkout (set TEST_BENCH_DIR); this test is about bench_peers on it")
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_peers.py"), "--dataset", str(bench),
                            "--n", "1", "--dry-run", "--out", str(tmp_path / "out"),
                            "--work", str(REPO / ".build" / "peers")],

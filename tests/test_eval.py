@@ -13,7 +13,7 @@ from appliance.cli import main
 from appliance.evaluation import scoring
 from appliance.evaluation.runner import aggregate, passage_id, quote_faithfulness
 
-from conftest import BENCH_DIR as BENCH
+from conftest import DEMO_DIR as BENCH
 
 
 # ------------------------------------------------------------------ scoring, by hand

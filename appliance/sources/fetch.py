@@ -408,7 +408,8 @@ def _extract_pdf(content: bytes) -> tuple[str, str, Optional[str]]:
     try:
         reader = PdfReader(io.BytesIO(content))
         text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages)
-        title = str((reader.metadata or {}).get("/Title") or "")
+        metadata = reader.metadata
+        title = str(metadata.get("/Title") or "") if metadata is not None else ""
     except Exception as exc:  # noqa: BLE001 - pypdf raises many types for damaged files
         raise FetchError(f"cannot read the PDF: {type(exc).__name__}") from None
     return title, text.strip(), None

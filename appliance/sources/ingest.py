@@ -17,7 +17,7 @@ from ..errors import UsageError
 from .extract import decode_text, extract_html
 from .sentences import split_sentences
 
-SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl")
+SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl", ".pdf")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._~/-]+")
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 
@@ -77,6 +77,12 @@ def _read_file(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
         return
     log.files += 1
     doc_id = safe_id(doc_id)
+    if suffix == ".pdf":
+        if not body:
+            log.skipped.append(f"{path}: empty file")
+            return
+        yield from _read_pdf(path, doc_id, log)
+        return
     if suffix == ".jsonl":
         yield from _read_jsonl(path, body, doc_id, log)
         return
@@ -91,6 +97,25 @@ def _read_file(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
         log.skipped.append(f"{path}: no text")
         return
     yield doc
+
+
+def _read_pdf(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
+    """One document per page with text: titled ``name.pdf, p. LABEL``, its URL the file at that
+    page, so the citation names the printed page and a quote is checked against that page."""
+    from .pdf import PdfUnreadable, read_pdf_pages
+
+    uri = path.resolve().as_uri()
+    try:
+        pages = list(read_pdf_pages(path))
+    except PdfUnreadable as exc:
+        log.skipped.append(f"{path}: {exc}")
+        return
+    if not pages:
+        log.skipped.append(f"{path}: no text layer (a scanned PDF; OCR it first)")
+        return
+    for page in pages:
+        yield Document(f"{doc_id}/p{page.index}", f"{path.name}, p. {page.label}", page.text, str(path),
+                       url=f"{uri}#page={page.index}")
 
 
 _JSON_TYPES = {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "an object",

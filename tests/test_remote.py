@@ -39,9 +39,8 @@ def _free_port() -> int:
 
 def _manifest(tmp: Path, url: str, **extra: object) -> Path:
     lines = ['[[model]]', 'name = "remote"', 'kind = "openai"', f'base_url = "{url}"',
-             'model = "smollm2-135m"', 'roles = ["planner", "extractor", "verifier", "writer"]',
-             'n_ctx_train = 2048']
-    lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
+             'model = "smollm2-135m"', 'roles = ["planner", "extractor", "verifier", "writer"]']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in {"n_ctx_train": 2048, **extra}.items()]
     path = tmp / "models.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -133,6 +133,16 @@ def check_models(settings, load: bool = True) -> list[Check]:
     hashes = HashCache.for_settings(settings)
 
     def verify_file(entry, note: str) -> str:
+        if entry.is_remote:
+            from ..llm.remote import RemoteEngine
+
+            remote = RemoteEngine(entry, settings)
+            try:
+                honoured = remote.probe()
+            finally:
+                remote.close()
+            how = "schema enforced" if honoured else "schema NOT enforced (schema_check = validate)"
+            return f"{entry.remote.base_url} serves {entry.remote.model!r}: {how}{note}"
         check_model_file(loaded, entry, hashes=hashes)
         return f"{loaded.path_of(entry)}: GGUF, sha256 ok{note}"
 
@@ -141,7 +151,7 @@ def check_models(settings, load: bool = True) -> list[Check]:
         note = "" if required else " (serves no role)"
         file_check = _guard(f"model {entry.name}", partial(verify_file, entry, note), required)
         checks.append(file_check)
-        if file_check.ok and load:
+        if file_check.ok and load and not entry.is_remote:
             checks.append(_guard(f"llama.cpp {entry.name}", partial(
                 selftest_model, loaded.path_of(entry), context_size(settings, entry), entry.chat_format),
                 required))

@@ -65,6 +65,12 @@ def list_models(as_json: bool) -> None:
     served = _serves(manifest, settings)
     rows: list[dict[str, Any]] = []
     for entry in manifest.models:
+        if entry.remote is not None:
+            rows.append({"name": entry.name, "file": f"{entry.remote.base_url} ({entry.remote.model})",
+                         "size": None, "roles": served.get(entry.name, []),
+                         "n_ctx_train": entry.n_ctx_train, "chat_format": "server",
+                         "status": "remote"})
+            continue
         status, size = _status(manifest, entry)
         rows.append({"name": entry.name, "file": str(manifest.path_of(entry)), "size": size,
                      "roles": served.get(entry.name, []), "n_ctx_train": entry.n_ctx_train,
@@ -138,6 +144,9 @@ def verify(names: tuple[str, ...]) -> None:
     hashes = HashCache.for_settings(settings)
     failures: list[ApplianceError] = []
     for entry in entries:
+        if entry.is_remote:
+            click.echo(f"skip  {entry.name}  served by a server (`appliance doctor` probes it)")
+            continue
         try:
             check_model_file(manifest, entry, hashes=hashes, rehash=True)
         except ApplianceError as exc:

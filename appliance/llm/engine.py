@@ -332,27 +332,34 @@ class ModelPool:
             cache = CallCache.for_settings(settings) if settings.llm.cache else None
         self.cache = cache if isinstance(cache, CallCache) else None
         self._hashes = HashCache.for_settings(settings)
-        self._engines: dict[str, Engine] = {}
+        self._engines: dict[str, Any] = {}
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
 
-    def for_role(self, role: str) -> Engine:
+    def for_role(self, role: str) -> Any:
         """The engine serving ``role`` (planner, extractor, verifier, writer), loaded on first use."""
         return self.engine(resolve_model(self.settings, role, self.manifest).name)
 
-    def engine(self, name: str) -> Engine:
-        """The engine of the manifest model ``name``, loaded on first use."""
+    def engine(self, name: str) -> Any:
+        """The engine of the manifest model ``name``, loaded on first use: an ``Engine`` for a
+        local file, a ``RemoteEngine`` for a ``kind = "openai"`` entry."""
         with self._lock:
             if name not in self._engines:
                 entry = self.manifest.get(name)
-                engine = Engine.load(entry, self.manifest, self.settings, cache=self.cache,
-                                     hashes=self._hashes)
+                engine: Any
+                if entry.is_remote:
+                    from .remote import RemoteEngine
+
+                    engine = RemoteEngine(entry, self.settings, cache=self.cache)
+                else:
+                    engine = Engine.load(entry, self.manifest, self.settings, cache=self.cache,
+                                         hashes=self._hashes)
                 for listener in self._listeners:
                     engine.add_listener(listener)
                 self._engines[name] = engine
             return self._engines[name]
 
-    def load_all_roles(self) -> dict[str, Engine]:
+    def load_all_roles(self) -> dict[str, Any]:
         """Load the engine of every role now (fail fast before a run starts)."""
         return {role: self.for_role(role) for role in ROLES}
 

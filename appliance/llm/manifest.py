@@ -49,6 +49,10 @@ _HEADER = """\
 #   gguf_name    optional: the file's general.name metadata, checked with the file
 #   file_type    optional: the file's general.file_type (quantisation, 15 = Q4_K_M), checked too
 # `appliance models add PATH` and `make models` write this file; hand edits are fine.
+# A model served by an OpenAI-compatible server instead: kind = "openai", base_url, model
+# (the server's model name), roles, and optionally response_format ("json_schema", or
+# "json_object" for llama-cpp-python's server), schema_check ("enforce", or "validate" to
+# accept a server that ignores schemas), timeout, http_retries, api_key_env, n_ctx_train.
 """
 
 
@@ -68,11 +72,68 @@ class ModelEntry:
     # wrong metadata cannot exist, but a hand-edited entry can name the wrong file.
     gguf_name: str = ""
     file_type: int | None = None
+    # kind "openai": the model is served by an OpenAI-compatible server, not a local file
+    # (file and sha256 stay empty; the server's own model identity goes into cache keys).
+    kind: str = "gguf"
+    remote: "RemoteSpec | None" = None
+
+    @property
+    def is_remote(self) -> bool:
+        return self.kind == "openai"
 
     def path(self, base: Path) -> Path:
         """The GGUF file's location; relative files are relative to the manifest's folder."""
         p = Path(self.file).expanduser()
         return p if p.is_absolute() else base / p
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    """Where and how an ``kind = "openai"`` entry is served."""
+
+    base_url: str
+    model: str
+    # How the schema is sent: "json_schema" (OpenAI, llama-server, vLLM) or "json_object"
+    # (llama-cpp-python's server: {"type": "json_object", "schema": ...}).
+    response_format: str = "json_schema"
+    # "enforce": a server that ignores the schema is refused; "validate": accept it and rely
+    # on validation and retries alone (the user's explicit choice).
+    schema_check: str = "enforce"
+    timeout: float = 120.0
+    # Retries of one request after 429/503/timeouts/connection errors, with back-off.
+    http_retries: int = 4
+    # Name of an environment variable holding a bearer token ("" = none).
+    api_key_env: str = ""
+
+
+_REMOTE_KEYS = {"base_url", "model", "response_format", "schema_check", "timeout", "http_retries",
+                "api_key_env"}
+
+
+def _remote_from_table(table: dict, where: str, name: str) -> RemoteSpec:
+    base, model = table.get("base_url"), table.get("model")
+    if not isinstance(base, str) or not base.startswith(("http://", "https://")):
+        raise ConfigError(f"{where} ({name}): kind = \"openai\" needs base_url = \"http://HOST:PORT\"")
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(f"{where} ({name}): kind = \"openai\" needs model = the server's model name")
+    fmt = table.get("response_format", "json_schema")
+    if fmt not in ("json_schema", "json_object"):
+        raise ConfigError(f"{where} ({name}): response_format must be \"json_schema\" or \"json_object\"")
+    check = table.get("schema_check", "enforce")
+    if check not in ("enforce", "validate"):
+        raise ConfigError(f"{where} ({name}): schema_check must be \"enforce\" or \"validate\"")
+    timeout = table.get("timeout", 120.0)
+    retries = table.get("http_retries", 4)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ConfigError(f"{where} ({name}): timeout must be a positive number of seconds")
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigError(f"{where} ({name}): http_retries must be a count >= 0")
+    key_env = table.get("api_key_env", "")
+    if not isinstance(key_env, str):
+        raise ConfigError(f"{where} ({name}): api_key_env must be an environment variable's name")
+    return RemoteSpec(base_url=base.rstrip("/"), model=model, response_format=fmt,
+                      schema_check=check, timeout=float(timeout), http_retries=retries,
+                      api_key_env=key_env)
 
 
 @dataclass
@@ -147,11 +208,18 @@ def _entry_from_table(table: object, path: Path, index: int) -> ModelEntry:
     if not isinstance(table, dict):
         raise ConfigError(f"{where} is not a table")
     known = {"name", "file", "sha256", "n_ctx_train", "roles", "chat_format", "size", "source",
-             "gguf_name", "file_type"}
+             "gguf_name", "file_type", "kind"}
+    kind = table.get("kind", "gguf")
+    if kind not in ("gguf", "openai"):
+        raise ConfigError(f"{where}: kind must be \"gguf\" (a local file) or \"openai\" (a server)")
+    if kind == "openai":
+        known |= _REMOTE_KEYS
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}",
                           hint=f"known keys: {', '.join(sorted(known))}")
+    if kind == "openai":
+        return _remote_entry(table, where)
     for key in ("name", "file", "sha256", "n_ctx_train"):
         if key not in table:
             raise ConfigError(f"{where} lacks '{key}'")
@@ -184,6 +252,26 @@ def _entry_from_table(table: object, path: Path, index: int) -> ModelEntry:
                       size=size, source=source, gguf_name=gguf_name, file_type=file_type)
 
 
+def _remote_entry(table: dict, where: str) -> ModelEntry:
+    name = table.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-'")
+    n_ctx = table.get("n_ctx_train", 4096)
+    if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or n_ctx <= 0:
+        raise ConfigError(f"{where} ({name}): 'n_ctx_train' must be a positive integer")
+    roles = table.get("roles", [])
+    if not isinstance(roles, list) or any(r not in ROLES for r in roles):
+        raise ConfigError(f"{where} ({name}): roles must be a list drawn from {', '.join(ROLES)}")
+    for key in ("file", "sha256", "size", "chat_format", "gguf_name", "file_type"):
+        if key in table:
+            raise ConfigError(f"{where} ({name}): '{key}' belongs to local GGUF entries, "
+                              "not to kind = \"openai\"")
+    source = table.get("source", "")
+    return ModelEntry(name=name, file="", sha256="", n_ctx_train=n_ctx,
+                      roles=tuple(dict.fromkeys(roles)), source=str(source), kind="openai",
+                      remote=_remote_from_table(table, where, name))
+
+
 def _toml_str(value: str) -> str:
     # JSON string escapes are valid TOML basic-string escapes.
     return json.dumps(value, ensure_ascii=False)
@@ -194,6 +282,9 @@ def render_manifest(manifest: Manifest) -> str:
     lines = [_HEADER]
     for m in manifest.models:
         lines.append("[[model]]")
+        if m.remote is not None:
+            lines.extend(_render_remote(m))
+            continue
         lines.append(f"name = {_toml_str(m.name)}")
         lines.append(f"file = {_toml_str(m.file)}")
         lines.append(f"sha256 = {_toml_str(m.sha256)}")
@@ -210,6 +301,21 @@ def render_manifest(manifest: Manifest) -> str:
             lines.append(f"file_type = {m.file_type}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _render_remote(m: ModelEntry) -> list[str]:
+    r = m.remote
+    assert r is not None
+    lines = [f"name = {_toml_str(m.name)}", 'kind = "openai"', f"base_url = {_toml_str(r.base_url)}",
+             f"model = {_toml_str(r.model)}", f"response_format = {_toml_str(r.response_format)}",
+             f"schema_check = {_toml_str(r.schema_check)}", f"timeout = {r.timeout}",
+             f"http_retries = {r.http_retries}", f"n_ctx_train = {m.n_ctx_train}",
+             "roles = [" + ", ".join(_toml_str(x) for x in m.roles) + "]"]
+    if r.api_key_env:
+        lines.append(f"api_key_env = {_toml_str(r.api_key_env)}")
+    if m.source:
+        lines.append(f"source = {_toml_str(m.source)}")
+    return lines + [""]
 
 
 def save_manifest(manifest: Manifest) -> None:
@@ -342,6 +448,9 @@ def check_model_file(manifest: Manifest, entry: ModelEntry, *, hashes: HashCache
 
     Returns the GGUF header; raises ModelError with a one-line fix otherwise.
     """
+    if entry.is_remote:
+        raise ModelError(f"model '{entry.name}' is served by {entry.remote.base_url if entry.remote else '?'}"
+                         ", it has no file to check", hint="`appliance doctor` probes the server")
     path = manifest.path_of(entry)
     if not path.exists():
         raise ModelError(f"model file {path} ('{entry.name}') is missing", hint=FETCH_HINT)

@@ -72,7 +72,12 @@ def check_run_parts(settings: Settings) -> None:
     hashes = HashCache.for_settings(settings)
     for entry in {resolve_model(settings, role, manifest).name: resolve_model(settings, role, manifest)
                   for role in ROLES}.values():
-        check_model_file(manifest, entry, hashes=hashes)
+        if entry.is_remote:
+            from ..llm.remote import RemoteEngine
+
+            RemoteEngine(entry, settings).probe()  # refuses a server that ignores schemas
+        else:
+            check_model_file(manifest, entry, hashes=hashes)
 
 
 def open_run_parts(settings: Settings):

@@ -1,0 +1,335 @@
+"""Structured calls to a model behind an OpenAI-compatible server (llama.cpp's llama-server,
+llama-cpp-python's server, vLLM, SGLang, Ollama), behind the same StructuredModel protocol
+as the in-process ``Engine``.
+
+Every call sends the contract's JSON Schema as the server's structured-output parameter; the
+answer is validated and retried exactly as in-process. A server is probed once, before its
+first call, with a schema it must honour (an enum of two values nobody would write unasked):
+a server that ignores schemas is refused unless its entry says ``schema_check = "validate"``.
+Cache keys carry the server's own model identity (``/v1/models``, ``/props``), so replay
+never mixes models; replay rests on the cache, never on the server's determinism.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Callable, Sequence, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from ..config import Settings
+from ..errors import ModelError, ModelOutputError, UsageError
+from .accounting import Accounting, CallRecord, Listener
+from .cache import CallCache, call_key
+from .engine import _check_messages, _feedback, _short_validation_error, derive_seed
+from .grammar import schema_json
+from .manifest import ModelEntry, RemoteSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+# Part of every remote cache key: bump it when request construction or retries change.
+REMOTE_VERSION = 1
+_PROBE_VALUES = ("quokka-7", "zebra-3")
+_PROBE_SCHEMA: dict[str, Any] = {
+    "type": "object", "properties": {"pick": {"type": "string", "enum": list(_PROBE_VALUES)}},
+    "required": ["pick"], "additionalProperties": False}
+_RETRY_STATUS = {429, 502, 503, 504}
+_BACKOFF_CAP = 30.0
+
+
+class RemoteEngine:
+    """One model on an OpenAI-compatible server. Thread-safe; requests of one engine are
+    sent one at a time (calls of one run stay ordered, which is what prefix reuse rewards)."""
+
+    def __init__(self, entry: ModelEntry, settings: Settings, *, cache: CallCache | None = None,
+                 client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep):
+        if entry.remote is None:
+            raise UsageError(f"model '{entry.name}' is not a server entry (kind = \"openai\")")
+        self.entry = entry
+        self.spec: RemoteSpec = entry.remote
+        self.name = entry.name
+        self.settings = settings
+        self.cache = cache
+        self.n_ctx = entry.n_ctx_train
+        headers = {}
+        if self.spec.api_key_env:
+            token = os.environ.get(self.spec.api_key_env, "")
+            if not token:
+                raise ModelError(f"model '{self.name}': the environment variable "
+                                 f"{self.spec.api_key_env} (api_key_env) is empty",
+                                 hint="export the server's token in it, or remove api_key_env")
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = client or httpx.Client(base_url=self.spec.base_url, headers=headers,
+                                              timeout=self.spec.timeout)
+        self._sleep = sleep
+        self._lock = threading.RLock()
+        self._acc_lock = threading.Lock()
+        self._accounting = Accounting()
+        self._listeners: list[Listener] = []
+        self._identity: str | None = None
+        self._probed = False
+        # Requests that reached the server's generation endpoint (the probe included).
+        self.remote_calls = 0
+        # One line per transient problem met (429, 503, timeout, connection refused).
+        self.notes: list[str] = []
+
+    # ---------------------------------------------------------------- protocol
+
+    @property
+    def accounting(self) -> Accounting:
+        """A snapshot of this engine's cumulative counters."""
+        with self._acc_lock:
+            return self._accounting.snapshot()
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(record)`` after every structured call; returns its remover."""
+        with self._acc_lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._acc_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    @property
+    def where(self) -> str:
+        return f"model '{self.name}' at {self.spec.base_url}"
+
+    # ---------------------------------------------------------------- identity and probe
+
+    def identity(self) -> str:
+        """The server's identity of the model (cached per engine): the model id it lists at
+        ``/v1/models``, plus what ``/props`` says about the loaded file when it answers."""
+        with self._lock:
+            if self._identity is None:
+                data = self._request("GET", "/v1/models", None).json()
+                ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+                if self.spec.model not in ids:
+                    raise ModelError(f"{self.where} does not serve {self.spec.model!r} "
+                                     f"(it lists {', '.join(map(str, ids)) or 'nothing'})",
+                                     hint=f"set model = one of those in the manifest entry '{self.name}'")
+                parts = [self.spec.model]
+                for m in data["data"]:
+                    if isinstance(m, dict) and m.get("id") == self.spec.model:
+                        parts.append(json.dumps({k: m.get(k) for k in ("owned_by", "created", "meta")},
+                                                sort_keys=True, default=str))
+                parts.append(self._props())
+                self._identity = "|".join(parts)
+            return self._identity
+
+    def _props(self) -> str:
+        # llama-server's /props names the loaded file; other servers have no such page.
+        try:
+            response = self._client.get("/props")
+        except httpx.HTTPError:
+            return ""
+        if response.status_code != 200:
+            return ""
+        try:
+            props = response.json()
+        except ValueError:
+            return ""
+        settings = props.get("default_generation_settings", {}) if isinstance(props, dict) else {}
+        return str(props.get("model_path") or settings.get("model") or "") if isinstance(props, dict) else ""
+
+    def probe(self) -> bool:
+        """Ask for a value only the schema names: True when the server honoured it. A server
+        that does not is refused (ModelError) unless the entry opts into ``validate``."""
+        with self._lock:
+            if self._probed:
+                return True
+            self.identity()
+            messages = [{"role": "user", "content": "Write a haiku about the sea."}]
+            body = self._body(messages, _PROBE_SCHEMA, "probe", max_tokens=24, temperature=0.0,
+                              top_p=1.0, seed=1)
+            text, _, _ = self._complete(body)
+            try:
+                honoured = json.loads(text).get("pick") in _PROBE_VALUES
+            except (ValueError, AttributeError):
+                honoured = False
+            if not honoured and self.spec.schema_check == "enforce":
+                raise ModelError(
+                    f"{self.where} ignored the JSON Schema sent as response_format="
+                    f"{self.spec.response_format!r} (asked for one of {'/'.join(_PROBE_VALUES)}, "
+                    f"got {text.strip()[:60]!r})",
+                    hint=f"use a server that enforces schemas, try response_format = "
+                         f"\"{'json_object' if self.spec.response_format == 'json_schema' else 'json_schema'}\""
+                         f", or set schema_check = \"validate\" in the manifest entry '{self.name}'")
+            self._probed = True
+            return honoured
+
+    # ---------------------------------------------------------------- structured calls
+
+    def structured(self, messages: Sequence[dict[str, str]], schema: type[M], *,
+                   seed: int | None = None, max_tokens: int | None = None,
+                   temperature: float | None = None, top_p: float | None = None,
+                   purpose: str = "", cache: bool | None = None) -> M:
+        """One validated ``schema`` instance from the server (see ``Engine.structured``).
+
+        Raises ModelError (server refused, down, or still failing after its retries) and
+        ModelOutputError (no valid output after the validation retries)."""
+        msgs = _check_messages(messages)
+        text = schema_json(schema)
+        llm = self.settings.llm
+        budget = int(max_tokens or llm.max_output_tokens)
+        if budget <= 0:
+            raise UsageError(f"max_tokens must be positive, got {budget}")
+        temp = float(llm.temperature if temperature is None else temperature)
+        nucleus = float(llm.top_p if top_p is None else top_p)
+        if seed is None:
+            seed = derive_seed(llm.seed, msgs, text)
+        key = call_key({"v": REMOTE_VERSION, "backend": "openai", "model": self.identity(),
+                        "messages": msgs, "schema": text, "temperature": temp, "top_p": nucleus,
+                        "seed": seed, "max_tokens": budget})
+        record = CallRecord(model=self.name, purpose=purpose, schema=schema.__name__, key=key,
+                            seed=seed, cache_hit=False)
+        use_cache = self.cache is not None and (llm.cache if cache is None else cache)
+        if use_cache and self.cache is not None:
+            cached = self.cache.get(key)
+            if cached is not None:
+                try:
+                    hit = schema.model_validate_json(cached.raw)
+                except ValidationError:
+                    self.cache.delete(key)
+                else:
+                    record.cache_hit = True
+                    self._finish(record)
+                    return hit
+        try:
+            self.probe()
+            instance, raw = self._attempts(msgs, schema, json.loads(text), budget, temp, nucleus,
+                                           seed, record)
+        except Exception as exc:
+            record.ok = False
+            record.error = getattr(exc, "message", str(exc))
+            self._finish(record)
+            raise
+        try:
+            if use_cache and self.cache is not None:
+                self.cache.put(key, raw, {"model": self.name, "server": self.spec.base_url,
+                                          "schema": schema.__name__, "purpose": purpose,
+                                          "attempts": record.attempts, "seed": seed,
+                                          "generated_tokens": record.generated_tokens})
+        finally:
+            self._finish(record)
+        return instance
+
+    def _attempts(self, messages: list[dict[str, str]], schema: type[M], schema_obj: dict, budget: int,
+                  temperature: float, top_p: float, seed: int, record: CallRecord) -> tuple[M, str]:
+        current = messages
+        raws: list[str] = []
+        for _ in range(1 + max(0, int(self.settings.llm.max_retries))):
+            body = self._body(current, schema_obj, schema.__name__, max_tokens=budget,
+                              temperature=temperature, top_p=top_p, seed=seed)
+            started = time.monotonic()
+            with self._lock:
+                raw, finish, usage = self._complete(body)
+            record.attempts += 1
+            record.seconds += time.monotonic() - started
+            record.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            record.prompt_evaluated += int(usage.get("prompt_tokens") or 0)
+            record.generated_tokens += int(usage.get("completion_tokens") or 0)
+            raw = raw.strip()
+            raws.append(raw)
+            try:
+                return schema.model_validate_json(raw), raw
+            except ValidationError as exc:
+                if finish == "length":
+                    record.truncations += 1
+                    record.errors.append(f"the output was cut off at its budget of {budget} tokens")
+                    current = messages + _feedback(raw, "Your answer was cut off because it was too "
+                                                        "long. Answer again, much shorter, as JSON only.")
+                    continue
+                error = _short_validation_error(exc)
+                record.errors.append(error)
+                current = messages + _feedback(raw, f"That JSON is not valid: {error}. "
+                                                    "Answer again with corrected JSON only.")
+        raise ModelOutputError(
+            f"{self.where} gave no valid {schema.__name__}"
+            f"{' for ' + record.purpose if record.purpose else ''} in {len(raws)} attempts "
+            f"(last problem: {record.errors[-1] if record.errors else 'unknown'})",
+            attempts=raws, last_raw=raws[-1] if raws else "",
+            hint="a larger model for this role, or higher llm.max_output_tokens / llm.max_retries")
+
+    def _body(self, messages: list[dict[str, str]], schema: dict, name: str, *, max_tokens: int,
+              temperature: float, top_p: float, seed: int) -> dict[str, Any]:
+        if self.spec.response_format == "json_object":
+            fmt: dict[str, Any] = {"type": "json_object", "schema": schema}
+        else:
+            fmt = {"type": "json_schema", "json_schema": {"name": name[:64] or "answer",
+                                                          "schema": schema, "strict": True}}
+        return {"model": self.spec.model, "messages": messages, "response_format": fmt,
+                "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
+                "seed": seed, "stream": False}
+
+    def _complete(self, body: dict[str, Any]) -> tuple[str, str, dict]:
+        self.remote_calls += 1
+        data = self._request("POST", "/v1/chat/completions", body).json()
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise ModelError(f"{self.where} answered without choices[0].message.content",
+                             hint="is base_url an OpenAI-compatible server?") from None
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        return str(text), str(choice.get("finish_reason") or ""), usage
+
+    # ---------------------------------------------------------------- HTTP with back-off
+
+    def _request(self, method: str, path: str, body: dict | None) -> httpx.Response:
+        """One request, retried with exponential back-off on 429/5xx-busy, timeouts and a
+        refused connection (a server restarting); each problem is noted in one line."""
+        tries = 1 + self.spec.http_retries
+        problem = ""
+        for attempt in range(tries):
+            wait: float | None = None
+            try:
+                response = self._client.request(method, path, json=body)
+            except httpx.TimeoutException:
+                problem = f"timed out after {self.spec.timeout:g} s (the entry's timeout)"
+            except httpx.TransportError as exc:
+                problem = f"cannot be reached ({type(exc).__name__}: {exc})"
+            else:
+                if response.status_code in _RETRY_STATUS:
+                    problem = f"answered {response.status_code} (busy)"
+                    wait = _retry_after(response)
+                elif response.status_code >= 400:
+                    raise ModelError(f"{self.where} answered {response.status_code} to {path}: "
+                                     f"{response.text.strip()[:160]}",
+                                     hint=f"check model / response_format in the manifest entry '{self.name}'")
+                else:
+                    return response
+            if attempt + 1 >= tries:
+                break
+            if wait is None:
+                wait = min(_BACKOFF_CAP, 0.5 * 2 ** attempt)
+            self.notes.append(f"{self.where} {problem}; retry {attempt + 1} of {tries - 1} in {wait:.1f} s")
+            self._sleep(wait)
+        raise ModelError(f"{self.where} {problem}; gave up after {tries} tries",
+                         hint=f"start the server or raise timeout / http_retries in the manifest "
+                              f"entry '{self.name}'")
+
+    def _finish(self, record: CallRecord) -> None:
+        with self._acc_lock:
+            self._accounting.add_record(record)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(record)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    try:
+        return min(_BACKOFF_CAP, max(0.0, float(value)))
+    except ValueError:
+        return None

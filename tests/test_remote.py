@@ -1,0 +1,283 @@
+"""Remote model backends (kind = "openai"): a real llama-cpp-python server on loopback with the
+135M model (structured calls, research end to end, replay with 0 remote calls), and small
+loopback HTTP servers for the control flow a real server will not show on demand: a server
+that ignores the schema, 429 with back-off, timeouts, a server that is down."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from appliance.errors import ModelError
+from appliance.llm.cache import CallCache
+from appliance.llm.manifest import load_manifest
+from appliance.llm.remote import RemoteEngine
+from conftest import MODEL_FILE, make_settings, require_model_file
+
+ROLES = ("planner", "extractor", "verifier", "writer")
+
+
+class Pick(BaseModel):
+    colour: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _manifest(tmp: Path, url: str, **extra: object) -> Path:
+    lines = ['[[model]]', 'name = "remote"', 'kind = "openai"', f'base_url = "{url}"',
+             'model = "smollm2-135m"', 'roles = ["planner", "extractor", "verifier", "writer"]']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in {"n_ctx_train": 2048, **extra}.items()]
+    path = tmp / "models.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _engine(tmp: Path, url: str, cache: bool = False, **extra: object) -> RemoteEngine:
+    manifest = load_manifest(_manifest(tmp, url, **extra))
+    settings = make_settings(tmp / "home")
+    return RemoteEngine(manifest.get("remote"), settings,
+                        cache=CallCache.for_settings(settings) if cache else None,
+                        sleep=lambda _s: None)
+
+
+# ---------------------------------------------------------------- a scripted loopback server
+
+class _Script:
+    def __init__(self, answers: list, *, ignore_schema: bool = False, delay: float = 0.0):
+        self.answers = answers            # status codes (int) to send before answering
+        self.ignore_schema = ignore_schema
+        self.delay = delay
+        self.completions = 0
+        self.bodies: list[dict] = []
+
+
+def _serve(script: _Script):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_):
+            pass
+
+        def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": "smollm2-135m", "owned_by": "test"}]})
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            script.bodies.append(body)
+            if script.answers:
+                self._send(script.answers.pop(0), {"error": "busy"}, {"retry-after": "0"})
+                return
+            time.sleep(script.delay)
+            script.completions += 1
+            schema = body["response_format"]["json_schema"]["schema"]
+            if script.ignore_schema:
+                content = "The sea is calm tonight."
+            elif "pick" in schema["properties"]:
+                content = json.dumps({"pick": schema["properties"]["pick"]["enum"][0]})
+            else:
+                content = json.dumps({"colour": "blue"})
+            self._send(200, {"choices": [{"message": {"role": "assistant", "content": content},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture
+def scripted():
+    servers = []
+
+    def start(script: _Script) -> str:
+        server, url = _serve(script)
+        servers.append(server)
+        return url
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+MSGS = [{"role": "user", "content": "Name a colour."}]
+
+
+def test_the_schema_goes_to_the_server_and_a_second_call_replays(scripted, tmp_path):
+    script = _Script([])
+    engine = _engine(tmp_path, scripted(script), cache=True)
+    assert engine.structured(MSGS, Pick).colour == "blue"
+    sent = script.bodies[-1]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"]["required"] == ["colour"]
+    assert script.completions == 2  # the probe, then the call
+    again = _engine(tmp_path, engine.spec.base_url, cache=True)
+    assert again.structured(MSGS, Pick).colour == "blue"
+    assert script.completions == 2 and again.remote_calls == 0  # replay: 0 remote calls
+    assert again.accounting.cache_hits == 1
+
+
+def test_a_server_that_ignores_the_schema_is_refused(scripted, tmp_path):
+    url = scripted(_Script([], ignore_schema=True))
+    with pytest.raises(ModelError) as info:
+        _engine(tmp_path, url).structured(MSGS, Pick)
+    line = info.value.one_line()
+    assert "\n" not in line and url in line and "schema_check" in line and "response_format" in line
+
+
+def test_validate_only_accepts_such_a_server_and_retries_on_invalid_output(scripted, tmp_path):
+    from appliance.errors import ModelOutputError
+
+    script = _Script([], ignore_schema=True)
+    engine = _engine(tmp_path, scripted(script), schema_check="validate")
+    assert engine.probe() is False
+    with pytest.raises(ModelOutputError):
+        engine.structured(MSGS, Pick)
+    assert script.completions == 1 + 3  # the probe, then 1 + llm.max_retries attempts
+
+
+def test_429_and_503_are_retried_with_back_off(scripted, tmp_path):
+    script = _Script([429, 503, 429])
+    engine = _engine(tmp_path, scripted(script))
+    assert engine.structured(MSGS, Pick).colour == "blue"
+    assert len(engine.notes) == 3 and "429" in engine.notes[0] and "503" in engine.notes[1]
+
+
+def test_busy_past_the_retries_is_one_line(scripted, tmp_path):
+    engine = _engine(tmp_path, scripted(_Script([429] * 10)), http_retries=2)
+    with pytest.raises(ModelError) as info:
+        engine.structured(MSGS, Pick)
+    assert "429" in info.value.one_line() and "gave up after 3 tries" in info.value.one_line()
+
+
+def test_a_timeout_is_one_line(scripted, tmp_path):
+    engine = _engine(tmp_path, scripted(_Script([], delay=2.0)), timeout=0.3, http_retries=1)
+    with pytest.raises(ModelError) as info:
+        engine.structured(MSGS, Pick)
+    assert "timed out after 0.3 s" in info.value.one_line()
+
+
+def test_a_server_that_is_down_is_one_line(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(ModelError) as info:
+        _engine(tmp_path, url, http_retries=1).structured(MSGS, Pick)
+    assert url in info.value.one_line() and "cannot be reached" in info.value.one_line()
+
+
+def test_manifest_rejects_a_server_entry_without_base_url(tmp_path):
+    from appliance.errors import ConfigError
+
+    path = tmp_path / "models.toml"
+    path.write_text('[[model]]\nname = "r"\nkind = "openai"\nmodel = "m"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="base_url"):
+        load_manifest(path)
+
+
+# ---------------------------------------------------------------- the real server
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """llama-cpp-python's OpenAI-compatible server on loopback with the 135M model."""
+    require_model_file()
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL_FILE),
+                                    "--model_alias", "smollm2-135m", "--host", "127.0.0.1",
+                                    "--port", str(port), "--n_ctx", "4096", "--verbose", "False"],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    else:
+        process.kill()
+        pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-500:]}")
+    yield url, log
+    process.terminate()
+    process.wait(10)
+
+
+def _completions(log: Path) -> int:
+    return log.read_text(errors="replace").count("POST /v1/chat/completions")
+
+
+def test_the_real_server_honours_the_schema_in_json_object_form(llama_server, tmp_path):
+    url, _ = llama_server
+    engine = _engine(tmp_path, url, response_format="json_object")
+    assert engine.probe() is True
+    assert isinstance(engine.structured(MSGS, Pick).colour, str)
+
+
+def test_the_real_server_refuses_the_json_schema_form_in_one_line(llama_server, tmp_path):
+    url, _ = llama_server
+    with pytest.raises(ModelError) as info:
+        _engine(tmp_path, url).probe()
+    # It answers 500 with a validation error: refused in one line that names the setting.
+    assert "answered 500" in info.value.one_line() and "response_format" in info.value.one_line()
+
+
+@pytest.mark.slow
+def test_research_end_to_end_through_the_server_and_replay(llama_server, musique_corpus, tmp_path,
+                                                           monkeypatch):
+    from click.testing import CliRunner
+
+    from appliance.cli import main
+
+    url, log = llama_server
+    settings, corpus = musique_corpus
+    manifest = _manifest(tmp_path, url, response_format="json_object", n_ctx_train=4096)
+    monkeypatch.setenv("APPLIANCE_HOME", str(settings.home))
+    monkeypatch.setenv("APPLIANCE_MODELS_MANIFEST", str(manifest))
+    for role in ROLES:
+        monkeypatch.setenv(f"APPLIANCE_MODELS_{role.upper()}", "remote")
+    args = ["research", "Who founded the company that makes the Xbox?", "--profile", "quick",
+            "--corpus", corpus, "--backend", "corpus", "--out", str(tmp_path / "reports"), "--json"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    before = _completions(log)
+    assert before > 0
+    second = CliRunner().invoke(main, args)
+    assert second.exit_code == 0, second.output
+    time.sleep(0.5)
+    assert _completions(log) == before  # replay of a finished run: 0 remote calls
+
+
+def test_doctor_probes_a_server_entry(scripted, tmp_path):
+    from appliance.cli.doctor import check_models
+
+    good, bad = scripted(_Script([])), scripted(_Script([], ignore_schema=True))
+    for url, ok in ((good, True), (bad, False)):
+        settings = make_settings(tmp_path / f"home-{ok}",
+                                 **{"models.manifest": str(_manifest(tmp_path, url))},
+                                 **{f"models.{role}": "remote" for role in ROLES})
+        checks = {c.name: c for c in check_models(settings)}
+        assert checks["model remote"].ok is ok, checks["model remote"].detail
+        assert ("schema enforced" if ok else "schema_check") in checks["model remote"].detail

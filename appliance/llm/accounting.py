@@ -7,6 +7,7 @@ Counters only grow; a pipeline takes ``before = pool.accounting`` and later
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+import threading
 from typing import Callable
 
 
@@ -134,3 +135,41 @@ class CallRecord:
 
 
 Listener = Callable[[CallRecord], None]
+
+
+class CallCounting:
+    """What every engine, in-process or remote, keeps of its calls: cumulative counters and the
+    listeners told of each call (the run log). Subclasses call ``_init_counting`` and
+    ``_finish(record)`` once per structured call, hit or miss, success or failure."""
+
+    def _init_counting(self) -> None:
+        self._acc_lock = threading.Lock()
+        self._accounting = Accounting()
+        self._listeners: list[Listener] = []
+
+    @property
+    def accounting(self) -> Accounting:
+        """A snapshot of this engine's cumulative counters."""
+        with self._acc_lock:
+            return self._accounting.snapshot()
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(record)`` after every structured call (hit or miss, success or
+        failure); returns a function that removes it. A listener's exception propagates to
+        the caller of ``structured``: a run log that cannot be written should stop the run."""
+        with self._acc_lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._acc_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def _finish(self, record: CallRecord) -> None:
+        with self._acc_lock:
+            self._accounting.add_record(record)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(record)

@@ -15,13 +15,13 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..config import Settings
 from ..errors import ContextOverflowError, ModelOutputError, UsageError
-from .accounting import Accounting, CallRecord, Listener
+from .accounting import Accounting, CallCounting, CallRecord, Listener
 from .cache import CallCache, call_key
 from .grammar import grammar_for, schema_json
 from .manifest import (HashCache, Manifest, ModelEntry, ROLES, check_model_file, load_manifest_for,
@@ -56,7 +56,7 @@ class _Fitted:
     trimmed: bool
 
 
-class Engine:
+class Engine(CallCounting):
     """One loaded model. Calls to it are serialised by a lock; any thread may call it.
 
     Build it with ``Engine.load(entry, manifest, settings)`` or through ``ModelPool``; the
@@ -71,9 +71,7 @@ class Engine:
         self.settings = settings
         self.cache = cache
         self._lock = threading.RLock()
-        self._acc_lock = threading.Lock()
-        self._accounting = Accounting()
-        self._listeners: list[Listener] = []
+        self._init_counting()
         # Digests, not texts: extraction grammars differ per source, so a long batch sees many.
         self._checked_grammars: set[bytes] = set()
 
@@ -96,12 +94,6 @@ class Engine:
         """The context window in tokens (prompt plus output must fit in it)."""
         return self.backend.n_ctx
 
-    @property
-    def accounting(self) -> Accounting:
-        """A snapshot of this engine's cumulative counters."""
-        with self._acc_lock:
-            return self._accounting.snapshot()
-
     def count_tokens(self, text: str) -> int:
         """Length of plain text in this model's tokens."""
         return len(self.backend.tokenize(text))
@@ -110,20 +102,6 @@ class Engine:
         """Length of a chat in this model's tokens, chat template applied."""
         with self._lock:
             return len(self.backend.render(_check_messages(messages))[0])
-
-    def add_listener(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(record)`` after every structured call (hit or miss, success or
-        failure); returns a function that removes it. A listener's exception propagates to
-        the caller of ``structured``: a run log that cannot be written should stop the run."""
-        with self._acc_lock:
-            self._listeners.append(listener)
-
-        def remove() -> None:
-            with self._acc_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
 
     def close(self) -> None:
         """Free the llama.cpp model and context."""
@@ -199,13 +177,6 @@ class Engine:
             # The schema's validators changed since the value was stored: recompute it.
             self.cache.delete(key)
             return None
-
-    def _finish(self, record: CallRecord) -> None:
-        with self._acc_lock:
-            self._accounting.add_record(record)
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(record)
 
     def _attempts(self, messages: list[dict[str, str]], schema: type[M], grammar: str, budget: int,
                   sampling: Sampling, seed: int, record: CallRecord) -> tuple[M, str]:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..config import Settings
 from ..errors import ModelError, ModelOutputError, UsageError
-from .accounting import Accounting, CallRecord, Listener
+from .accounting import CallCounting, CallRecord
 from .cache import CallCache, call_key
 from .engine import _check_messages, _feedback, _short_validation_error, derive_seed
 from .grammar import schema_json
@@ -41,7 +41,7 @@ _RETRY_STATUS = {429, 502, 503, 504}
 _BACKOFF_CAP = 30.0
 
 
-class RemoteEngine:
+class RemoteEngine(CallCounting):
     """One model on an OpenAI-compatible server. Thread-safe; requests of one engine are
     sent one at a time (calls of one run stay ordered, which is what prefix reuse rewards)."""
 
@@ -67,9 +67,7 @@ class RemoteEngine:
                                               timeout=self.spec.timeout)
         self._sleep = sleep
         self._lock = threading.RLock()
-        self._acc_lock = threading.Lock()
-        self._accounting = Accounting()
-        self._listeners: list[Listener] = []
+        self._init_counting()
         self._identity: str | None = None
         self._probed = False
         # Requests that reached the server's generation endpoint (the probe included).
@@ -78,24 +76,6 @@ class RemoteEngine:
         self.notes: list[str] = []
 
     # ---------------------------------------------------------------- protocol
-
-    @property
-    def accounting(self) -> Accounting:
-        """A snapshot of this engine's cumulative counters."""
-        with self._acc_lock:
-            return self._accounting.snapshot()
-
-    def add_listener(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(record)`` after every structured call; returns its remover."""
-        with self._acc_lock:
-            self._listeners.append(listener)
-
-        def remove() -> None:
-            with self._acc_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -318,13 +298,6 @@ class RemoteEngine:
         raise ModelError(f"{self.where} {problem}; gave up after {tries} tries",
                          hint=f"start the server or raise timeout / http_retries in the manifest "
                               f"entry '{self.name}'")
-
-    def _finish(self, record: CallRecord) -> None:
-        with self._acc_lock:
-            self._accounting.add_record(record)
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(record)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

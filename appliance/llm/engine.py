@@ -219,22 +219,13 @@ class Engine(CallCounting):
                     # Same prompt and seed with more room: the model can finish what it began.
                     budget = min(budget * 2, room)
                 else:
-                    current = messages + _feedback(raw, "Your answer was cut off because it was too "
-                                                        "long. Answer again, much shorter, as JSON only.")
+                    current = messages + _feedback(raw, CUT_OFF_NOTE)
                 continue
             try:
                 return schema.model_validate_json(raw), raw
             except ValidationError as exc:
-                error = _short_validation_error(exc)
-                record.errors.append(error)
-                current = messages + _feedback(raw, f"That JSON is not valid: {error}. "
-                                                    "Answer again with corrected JSON only.")
-        raise ModelOutputError(
-            f"model '{self.name}' gave no valid {schema.__name__}"
-            f"{' for ' + record.purpose if record.purpose else ''} in {len(raws)} attempts "
-            f"(last problem: {record.errors[-1] if record.errors else 'unknown'})",
-            attempts=raws, last_raw=raws[-1] if raws else "",
-            hint="a larger model for this role, or higher llm.max_output_tokens / llm.max_retries")
+                current = messages + invalid_feedback(record, raw, exc)
+        raise no_valid_output(f"model '{self.name}'", schema, record, raws)
 
     def _count_attempt(self, record: CallRecord, out: Completion, fitted: _Fitted) -> None:
         record.attempts += 1
@@ -404,6 +395,27 @@ def _complete(raw: str, schema: type[BaseModel]) -> bool:
     except ValidationError:
         return False
     return True
+
+
+CUT_OFF_NOTE = "Your answer was cut off because it was too long. Answer again, much shorter, as JSON only."
+
+
+def invalid_feedback(record: CallRecord, raw: str, exc: ValidationError) -> list[dict[str, str]]:
+    """The turns that show the model its invalid answer and what is wrong with it (noted on
+    ``record``), for the retry."""
+    error = _short_validation_error(exc)
+    record.errors.append(error)
+    return _feedback(raw, f"That JSON is not valid: {error}. Answer again with corrected JSON only.")
+
+
+def no_valid_output(where: str, schema: type, record: CallRecord, raws: list[str]) -> ModelOutputError:
+    """The error of a call whose every attempt failed, naming its last problem."""
+    return ModelOutputError(
+        f"{where} gave no valid {schema.__name__}"
+        f"{' for ' + record.purpose if record.purpose else ''} in {len(raws)} attempts "
+        f"(last problem: {record.errors[-1] if record.errors else 'unknown'})",
+        attempts=raws, last_raw=raws[-1] if raws else "",
+        hint="a larger model for this role, or higher llm.max_output_tokens / llm.max_retries")
 
 
 def _feedback(raw: str, note: str) -> list[dict[str, str]]:

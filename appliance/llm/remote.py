@@ -22,10 +22,10 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from ..config import Settings
-from ..errors import ModelError, ModelOutputError, UsageError
+from ..errors import ModelError, UsageError
 from .accounting import CallCounting, CallRecord
 from .cache import CallCache, call_key
-from .engine import _check_messages, _feedback, _short_validation_error, derive_seed
+from .engine import CUT_OFF_NOTE, _check_messages, _feedback, derive_seed, invalid_feedback, no_valid_output
 from .grammar import schema_json
 from .manifest import ModelEntry, RemoteSpec
 
@@ -227,19 +227,10 @@ class RemoteEngine(CallCounting):
                 if finish == "length":
                     record.truncations += 1
                     record.errors.append(f"the output was cut off at its budget of {budget} tokens")
-                    current = messages + _feedback(raw, "Your answer was cut off because it was too "
-                                                        "long. Answer again, much shorter, as JSON only.")
+                    current = messages + _feedback(raw, CUT_OFF_NOTE)
                     continue
-                error = _short_validation_error(exc)
-                record.errors.append(error)
-                current = messages + _feedback(raw, f"That JSON is not valid: {error}. "
-                                                    "Answer again with corrected JSON only.")
-        raise ModelOutputError(
-            f"{self.where} gave no valid {schema.__name__}"
-            f"{' for ' + record.purpose if record.purpose else ''} in {len(raws)} attempts "
-            f"(last problem: {record.errors[-1] if record.errors else 'unknown'})",
-            attempts=raws, last_raw=raws[-1] if raws else "",
-            hint="a larger model for this role, or higher llm.max_output_tokens / llm.max_retries")
+                current = messages + invalid_feedback(record, raw, exc)
+        raise no_valid_output(self.where, schema, record, raws)
 
     def _body(self, messages: list[dict[str, str]], schema: dict, name: str, *, max_tokens: int,
               temperature: float, top_p: float, seed: int) -> dict[str, Any]:

@@ -238,6 +238,8 @@ class VoteRecord(_Rec):
     valid: bool
     verdict: Optional[VoteVerdict] = None
     reason: str = ""
+    # The check that made a cast vote an abstention (example-echo, vote-no-reason), if any.
+    check: Optional[str] = None
 
     @property
     def supports(self) -> bool:
@@ -340,6 +342,9 @@ class ReportData:
     effort: int = 0
     repairs: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    # The checks switched off, and what each check that fired fired on (pipeline.checks).
+    checks_disabled: list[str] = field(default_factory=list)
+    checks_fired: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
 
 

@@ -173,7 +173,7 @@ MAX_GAP_QUESTIONS = 5
 
 def open_questions(data: ReportData) -> list[str]:
     """The writer's open questions, else the sub-questions' gaps, each once (two sub-questions
-    of the Brand run both left "Where was Henrik Ibsen born?"), at most ``MAX_GAP_QUESTIONS``:
+    of one run may both leave "Where was the author born?"), at most ``MAX_GAP_QUESTIONS``:
     the one list the markdown and the JSON both show."""
     from .pipeline.gather import dedupe_text
 
@@ -298,6 +298,8 @@ def render_json(data: ReportData) -> dict[str, Any]:
         "claims": [{**c.model_dump(mode="json"), "support": c.support,
                     "verdict": data.verdicts[c.id].model_dump(mode="json") if c.id in data.verdicts else None}
                    for c in data.claims.values()],
+        "checks": {"disabled": data.checks_disabled, "counts": data.stats.get("checks", {}),
+                   "fired": data.checks_fired},
         "stats": data.stats,
     }
 

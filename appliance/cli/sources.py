@@ -132,7 +132,7 @@ def _skip_summary(skipped: list[str], shown: int = 3) -> str:
     for line in skipped:
         kind = line.split(": ", 1)[-1].split(" (", 1)[0].strip()
         kinds[kind] = kinds.get(kind, 0) + 1
-    common = sorted(kinds.items(), key=lambda kv: -kv[1])
+    common = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
     listed = ", ".join(f"{count} {kind}" for kind, count in common[:shown])
     more = f", {sum(c for _, c in common[shown:])} other" if len(common) > shown else ""
     return f"{len(skipped)} skipped ({listed}{more})"

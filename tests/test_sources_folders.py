@@ -125,3 +125,32 @@ def test_a_pdf_page_is_cited_as_file_and_page_with_its_quote_verbatim(tmp_path):
     cited = render_json(data)["sources"][0]
     assert cited["title"] == "annual-report.pdf, p. 2" and cited["link"] == f"{pdf_uri}#page=3"
     assert cited["url"] == hit.url and cited["quotes"] == [quote]
+
+
+def test_a_corpus_made_before_files_were_recorded_is_added_to_as_it_is(tmp_path):
+    """A corpus without the path / file_hash / location columns gets them on its next add."""
+    import lancedb
+    import pyarrow as pa
+
+    from appliance.config import state_dir
+    from appliance.embed import get_embedder
+    from appliance.sources.corpus import Corpus
+
+    settings = make_settings(tmp_path / "home", **{"search.backend": "corpus", "search.corpus": "old"})
+    embedder = get_embedder(settings)
+    names = ["id", "doc_id", "chunk", "title", "text", "search_text", "source", "url", "doc_hash"]
+    schema = pa.schema([pa.field(n, pa.int32() if n == "chunk" else pa.string()) for n in names]
+                       + [pa.field("vector", pa.list_(pa.float32(), embedder.dim))],
+                       metadata={"embed_model": embedder.name, "embed_dim": str(embedder.dim)})
+    text = "Basalt columns form as thick lava cools slowly."
+    row = {"id": "r1", "doc_id": "r1", "chunk": 1, "title": "Basalt", "text": text, "search_text": text,
+           "source": "old.jsonl:1", "url": "", "doc_hash": "x", "vector": list(map(float, embedder.encode([text])[0]))}
+    db = lancedb.connect(str(state_dir(settings, "lancedb")))
+    db.create_table("corpus_old", data=pa.Table.from_pylist([row], schema=schema))
+    folder = make_folder(tmp_path)
+    report = Corpus(settings, "old").add([folder])
+    assert report.files_added == 3 and report.added == 5
+    corpus = Corpus(settings, "old")
+    assert corpus.get("r1").text == text and corpus.stats().documents == 6
+    assert corpus.search("how much did revenue grow", limit=1)[0].title == "annual-report.pdf, p. 1"
+    assert corpus.add([folder]).files_unchanged == 3

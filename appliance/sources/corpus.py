@@ -195,7 +195,12 @@ class Corpus:
             pa.field("vector", pa.list_(pa.float32(), dim)),
         ], metadata={"embed_model": model, "embed_dim": str(dim)})
         with self._lock:
-            self._table = self._db.create_table(self.table_name, schema=schema, exist_ok=True)
+            if self.table_name in _table_names(self._db):
+                # Opened as it is: an older corpus's schema lacks columns added since
+                # (_add_file_columns gives them), which create_table would refuse.
+                self._table = self._db.open_table(self.table_name)
+            else:
+                self._table = self._db.create_table(self.table_name, schema=schema, exist_ok=True)
             return self._table
 
     def _drop(self) -> None:

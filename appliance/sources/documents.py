@@ -101,7 +101,7 @@ def labelled_rows(rows: Iterable[list[str]]) -> Iterator[str]:
             if len(cells) == 1:
                 yield cells[0]
             continue
-        pairs = []
+        pairs: list[str] = []
         for i, value in enumerate(cells):
             if not value:
                 continue

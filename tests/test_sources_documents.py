@@ -263,3 +263,15 @@ def test_damaged_zip_documents_are_named_skips(tmp_path, suffix):
     docs, skipped = read(folder)
     assert list(docs) == ["ok"]
     assert list(skipped) == [f"broken{suffix}"] and skipped[f"broken{suffix}"]
+
+
+def test_a_2000_page_pdf_is_read_page_by_page(tmp_path):
+    """Pages are yielded as they are read (the caller batches them), each cited by its page."""
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    write_pdf(folder / "manual.pdf", [f"Valve {i} opens at {i % 90} degrees" for i in range(1, 2001)])
+    pages = iter_documents([folder], ReadLog())
+    first = next(pages)
+    assert first.title == "manual.pdf, p. 1" and first.text == "Valve 1 opens at 1 degrees"
+    rest = [(d.title, d.url.rsplit("#", 1)[1]) for d in pages]
+    assert len(rest) == 1999 and rest[-1] == ("manual.pdf, p. 2000", "page=2000")

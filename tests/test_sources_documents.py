@@ -275,3 +275,13 @@ def test_a_2000_page_pdf_is_read_page_by_page(tmp_path):
     assert first.title == "manual.pdf, p. 1" and first.text == "Valve 1 opens at 1 degrees"
     rest = [(d.title, d.url.rsplit("#", 1)[1]) for d in pages]
     assert len(rest) == 1999 and rest[-1] == ("manual.pdf, p. 2000", "page=2000")
+
+
+def test_a_file_given_twice_is_read_once(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    write_pptx(folder / "deck.pptx")
+    log = ReadLog()
+    docs = list(iter_documents([folder, folder / "deck.pptx"], log))
+    assert [d.title for d in docs] == ["deck.pptx, slide 1", "deck.pptx, slide 2"]
+    assert skip_reasons(log) == {"deck.pptx": "given more than once (read once)"} and log.files == 1

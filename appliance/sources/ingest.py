@@ -110,8 +110,11 @@ def _read_file(path: Path, doc_id: str, log: ReadLog, check: Optional[Check]) ->
     except OSError as exc:  # gone since the folder was listed, or unreadable
         log.skipped.append(f"{path}: cannot read ({exc.strerror or type(exc).__name__})")
         return
-    log.files += 1
     where = str(path.resolve())
+    if where in log.seen:  # named twice (a folder and a file in it): its passages are in once
+        log.skipped.append(f"{path}: given more than once (read once)")
+        return
+    log.files += 1
     log.seen.add(where)
     if check is not None and check(where, digest) == "unchanged":
         log.unchanged_files += 1

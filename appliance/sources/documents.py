@@ -388,12 +388,14 @@ def _message_parts(message: EmailMessage, name: str, where: str, key: str) -> It
                key=key, title=title)
     for attachment in message.iter_attachments():
         filename = attachment.get_filename() or ""
+        spot = ", ".join(x for x in (where, f"attachment {filename or '(no name)'}") if x)
         reader = reader_for(filename)
         if reader is None or reader is read_mbox:
+            # Counted, not read: pictures, signatures, archives, forwarded messages.
+            yield Part(text="", skipped=f"{spot}: not a document type that is read")
             continue
         data = attachment.get_content()
         data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        spot = ", ".join(x for x in (where, f"attachment {filename}") if x)
         try:
             for sub in reader(data, filename):
                 loc = ", ".join(x for x in (spot, sub.location) if x)

@@ -285,3 +285,11 @@ def test_a_file_given_twice_is_read_once(tmp_path):
     docs = list(iter_documents([folder, folder / "deck.pptx"], log))
     assert [d.title for d in docs] == ["deck.pptx, slide 1", "deck.pptx, slide 2"]
     assert skip_reasons(log) == {"deck.pptx": "given more than once (read once)"} and log.files == 1
+
+
+def test_a_one_column_sheet_labels_each_row(tmp_path):
+    folder = tmp_path / "books"
+    folder.mkdir()
+    (folder / "names.csv").write_text("Name\nAda\nGrace\n", encoding="utf-8")
+    docs, skipped = read(folder)
+    assert docs == {"names.csv": "Name: Ada\n\nName: Grace"} and not skipped

@@ -98,8 +98,6 @@ def labelled_rows(rows: Iterable[list[str]]) -> Iterator[str]:
             continue
         if header is None:
             header = cells
-            if len(cells) == 1:
-                yield cells[0]
             continue
         pairs: list[str] = []
         for i, value in enumerate(cells):

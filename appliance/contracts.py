@@ -190,6 +190,9 @@ class Source(_Rec):
     truncated: bool = False
     from_cache: bool = False
     quality: Optional[SourceQuality] = None
+    # Where a reader opens it when that is not ``url``: a local document's file at its page
+    # (file:///.../report.pdf#page=17) for a corpus passage.
+    link: str = ""
 
 
 class QuoteRef(_Rec):

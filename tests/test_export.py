@@ -234,6 +234,15 @@ def test_each_pdf_engine_prints_the_hostile_report(hostile_report, tmp_path, eng
     assert "alert" in text and "annual report 2024.pdf" in text
 
 
+def test_without_weasyprint_auto_falls_back_to_chromium(hostile_report, tmp_path, monkeypatch):
+    if export_mod.find_chromium() is None:
+        pytest.skip("no Chromium on PATH (apt-get install -y chromium)")
+    monkeypatch.setattr(export_mod, "_weasyprint", lambda: None)  # as where Pango is missing
+    assert export_mod.pdf_engine("auto") == "chromium"
+    out = export_mod.export_report(hostile_report, "pdf", tmp_path / "auto.pdf")
+    assert out.read_bytes().startswith(b"%PDF")
+
+
 def test_without_a_renderer_pdf_export_names_what_to_install(real_run, monkeypatch, tmp_path):
     # What a machine without WeasyPrint's libraries and without Chromium has: neither loads.
     monkeypatch.setattr(export_mod, "_weasyprint", lambda: None)

@@ -129,7 +129,10 @@ def source_entries(report: dict[str, Any]) -> list[SourceEntry]:
     """The report's cited sources, in citation order, with location and path split out."""
     entries = []
     for src in report["sources"]:
-        url = src["url"]
+        # A local document's passage is stored under its corpus URL; its link opens the file
+        # at the cited page (report.py), and that is what a reader's bibliography wants.
+        link = src.get("link")
+        url = link if isinstance(link, str) and link.startswith("file://") else src["url"]
         title = plain_line(src.get("title") or "") or url
         location = plain_line(src.get("location") or "")
         path = ""

@@ -407,3 +407,15 @@ def test_an_unwritable_output_is_one_line(real_run, tmp_path):
     assert_one_line_error(result, 2, "it is a folder")
     result = CliRunner().invoke(main, ["export", str(real_run[0]), "--format", "pdf", "-o", "-"])
     assert_one_line_error(result, 2, "name a file with -o")
+
+
+def test_a_corpus_passage_of_a_local_document_is_cited_as_its_file_and_page():
+    """The corpus stores a PDF page under a corpus:// URL and links it to the file at that page:
+    the bibliography names the file and the printed page label."""
+    from appliance.export import source_entries
+
+    report = {"sources": [{"n": 1, "url": "corpus://docs/abc123", "title": "harbour survey.pdf, p. iv",
+                           "link": "file:///srv/docs/harbour%20survey.pdf#page=6", "quotes": ["The pier is 40 m long."]}]}
+    [entry] = source_entries(report)
+    assert entry.path == "/srv/docs/harbour survey.pdf"
+    assert entry.title == "harbour survey.pdf" and entry.location == "p. iv"

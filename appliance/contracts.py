@@ -278,6 +278,12 @@ class NodeState(_Rec):
         """The question its prompts and searches use: resolved once its parents are done."""
         return self.resolved or self.question
 
+    @property
+    def reads_only(self) -> bool:
+        """A node added beside the plan (the question as asked, a compared thing): searched as
+        given, read, its claims verified, no answer of its own (they go to the run's answer)."""
+        return self.whole_question or bool(self.compares)
+
 
     id: str
     question: str
@@ -293,6 +299,8 @@ class NodeState(_Rec):
     from_gap_round: bool = False
     # The question as asked, researched beside the plan's sub-questions (see run.py).
     whole_question: bool = False
+    # One of the things the question compares, researched on its own (see run.py).
+    compares: str = ""
     error: Optional[str] = None
 
 

@@ -101,24 +101,20 @@ def paired_lines(grouped: dict[str, list[dict]], metric: str = "f1") -> str:
     """The pipeline against each other column on the same questions: the mean paired
     difference of ``metric`` with its 95% bootstrap interval, and wins / losses / ties. The
     columns' own intervals overlap far more than a paired difference's does."""
+    from .ablation import paired
+
     pipelines = [label for label in grouped if label.startswith("pipeline")]
     lines: list[str] = []
     for mine in pipelines:
-        own = {r["id"]: r.get(metric) for r in grouped[mine]}
         for other, rows in grouped.items():
             if other.startswith("pipeline"):
                 continue
-            pairs = [(float(own[r["id"]] or 0.0), float(r[metric])) for r in rows
-                     if own.get(r["id"]) is not None and r.get(metric) is not None]
-            if not pairs:
+            result = paired(grouped[mine], rows, metric)
+            if result is None:
                 continue
-            diffs = [a - b for a, b in pairs]
-            summary = scoring.summarize(list[float | None](diffs))
-            lo, hi = summary["ci"]
-            wins = sum(1 for d in diffs if d > 0)
-            losses = sum(1 for d in diffs if d < 0)
-            lines.append(f"| {mine} - {other} | {summary['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-                         f"{wins} / {losses} / {len(diffs) - wins - losses} |")
+            lo, hi = result["ci"]
+            lines.append(f"| {mine} - {other} | {result['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+                         f"{result['wins']} / {result['losses']} / {result['ties']} |")
     if not lines:
         return ""
     return "\n".join(["", f"Paired on the same questions ({metric}):", "",

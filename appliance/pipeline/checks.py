@@ -121,6 +121,10 @@ CHECKS: tuple[Check, ...] = (
           "Shows the final answer a sub-question's answer only when that answer rests on the "
           "verified evidence.",
           "forms:answer_rests_on"),
+    Check("answer-both-sides", "answer",
+          "Drops a yes or no answer to a question comparing two named things unless a verified "
+          "claim names each of them.",
+          "synthesize:both_sides"),
     Check("answer-cites-on-subject", "answer",
           "Cites beside the answer only claims about something the research names, not merely "
           "carrying the answer's words.",

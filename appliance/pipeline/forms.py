@@ -205,3 +205,64 @@ def echoes_example(text: str, *inputs: str) -> bool:
     low = text.lower()
     given = " ".join(inputs).lower()
     return any(marker in low and marker not in given for marker in EXAMPLE_MARKERS)
+
+
+# A name as a question writes it: capitalised words (or numbers), with the small words that
+# join a name's parts ("Bank of Ruritania", "Ida van Brandt", "The Velka Times").
+_NAME_WORD = r"[A-Z0-9][\w'’.\-&]*"
+_JOINER = r"(?:of|the|de|da|di|del|von|van|du|la|le|y|al|el|on|upon|in)"
+_NAME_SPAN = rf"{_NAME_WORD}(?:\s+(?:{_JOINER}\s+)*{_NAME_WORD})*"
+# The second name may follow a few small words ("... or the founding of Y").
+_PAIR = re.compile(rf"(?P<a>{_NAME_SPAN})\s*,?\s+(?P<op>or|and|&)\s+(?:[a-z]+\s+){{0,3}}?(?P<b>{_NAME_SPAN})")
+# "Is X older than Y?", "Was X founded earlier than the Y?"
+_THAN = re.compile(rf"(?P<a>{_NAME_SPAN})\s+(?:[a-z]+\s+){{1,3}}than\s+(?:[a-z]+\s+){{0,2}}?(?P<b>{_NAME_SPAN})")
+# A choice between the two ("..., X or Y?") or a question about both ("Are X and Y both ...?",
+# "Both X and Y ...", "... X and Y ... the same ...?", "What do X and Y have in common?").
+_BOTH = re.compile(r"\b(both|same|in common|each|either|neither|between|respective|respectively)\b",
+                   re.IGNORECASE)
+# Capitalised words a question opens with or that are no names ("Which", "Are", ...).
+_QUESTION_OPENERS = frozenset("""which who what whose when where why how is are was were am do does did
+can could will would shall should has have had may might must both between""".split())
+
+
+def compared(question: str) -> list[str]:
+    """The two things a question compares, as it names them, or [] when it compares nothing:
+    a choice between two named things ("Which opened first, the Velka Bridge or Ardmore
+    Pier?") or a question about both ("Were Ida Brandt and Jon Lindqvist both engineers?",
+    "Are X and Y in the same league?"); two names joined by "and" without such a word
+    ("built by Velka and Ardmore in 1931") are one fact's, not a comparison. Only named things count (capitalised words with their joiners): "apples or
+    pears" is a choice this does not see, and the plan's own sub-questions research it."""
+    text = " ".join(question.split())
+    for match in _PAIR.finditer(text):
+        a, b = _trim_name(match.group("a")), _trim_name(match.group("b"))
+        if not a or not b or a.lower() == b.lower():
+            continue
+        if match.group("op") == "or" or _BOTH.search(text):
+            return [a, b]
+    than = _THAN.search(text)
+    if than:
+        a, b = _trim_name(than.group("a")), _trim_name(than.group("b"))
+        if a and b and a.lower() != b.lower():
+            return [a, b]
+    return []
+
+
+def _trim_name(span: str) -> str:
+    """A name without the question's own capitalised openers before it ("Are Medici" -> "Medici")."""
+    words = span.split()
+    while words and (words[0].lower() in _QUESTION_OPENERS or words[0].lower() in ("the", "a", "an")):
+        words = words[1:]
+    while words and words[-1].lower() in _QUESTION_OPENERS | {"the", "of"}:
+        words = words[:-1]
+    return " ".join(words).strip(" ,?")
+
+
+def compared_query(item: str, question: str, others: list[str]) -> str:
+    """The search for one compared thing: its name and the question's own content words,
+    without the names of the things it is compared with."""
+    other_words = {w.lower() for other in others for w in WORD.findall(other)}
+    own = {w.lower() for w in WORD.findall(item)}
+    words = [w for w in WORD.findall(question)
+             if w.lower() not in other_words and w.lower() not in own
+             and w.lower() not in STOP_WORDS and w.lower() not in _QUESTION_OPENERS and len(w) >= 3]
+    return " ".join([item] + list(dict.fromkeys(words)))

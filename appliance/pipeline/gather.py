@@ -19,7 +19,7 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, quotable_sentences, quote_context, source_passages
-from .forms import checked_answer, echoes_example
+from .forms import checked_answer, compared, compared_query, echoes_example
 from .names import names_unsupported, off_subject
 from .text import grounded
 from .state import RunContext, ask
@@ -178,7 +178,7 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
         turnstile.wait((node.id, iteration))
         try:
             admitted = _admit(run, hits, settings.question_sources if node.whole_question
-                              else settings.sources_per_node)
+                              else settings.compared_sources if node.compares else settings.sources_per_node)
             sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
             for hit, source in zip(admitted, sources):
                 if not source.title:
@@ -192,7 +192,7 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
             source_index += 1
             if bears:
                 node_claims.extend(_read_source(run, node, parent_text, source, source_index, focus))
-        if iteration + 1 >= iterations or node.whole_question:
+        if iteration + 1 >= iterations or node.reads_only:
             break
         queries = _reflect(run, node, node_claims, effort)
         if not queries:
@@ -205,7 +205,11 @@ def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], p
                    effort: int) -> list[str]:
     # With one query a node searches its own sub-question, its parents' answers added: no
     # model call is needed (hybrid search matches the names as they are). The question as
-    # asked is searched as it is, as one retrieval call would.
+    # asked is searched as it is, as one retrieval call would; a compared thing by its name
+    # and the question's own words.
+    if node.compares:
+        return [compared_query(node.compares, run.ctx.question,
+                               [c for c in compared(run.ctx.question) if c != node.compares])]
     if effort <= 1 or node.whole_question:
         return [query_with_answers(node, parents)]
     messages = prompts.queries(run.ctx, node.asked, parent_text, effort)
@@ -419,7 +423,7 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     with run.sources_lock:
         texts = {url: s.text for url, s in run.sources.items() if s.ok}
     relevant = about(run, focus, [c for c in claims if c.importance != Importance.tangential], texts)
-    if node.whole_question:
+    if node.reads_only:
         # Its claims go to the run's answer with every other node's; a short answer of its own
         # would be one more call, read from fewer pages than the run's answer reads, and a
         # gap for the question itself is no new sub-question.

@@ -22,8 +22,8 @@ from .parts import ACCOUNTING_FIELDS, Models
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
-from .forms import answer_rests_on
-from .names import off_subject
+from .forms import answer_rests_on, compared
+from .names import names, off_subject
 from .plan import plan_research, repair_checks, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
@@ -115,7 +115,8 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.plan_failed, f"planning failed: {exc.message}"
             return
-        nodes = with_question_node(topo_order(checked.nodes), run.ctx.question, settings.question_sources)
+        nodes = with_compared_nodes(topo_order(checked.nodes), run.ctx.question, settings.compared_sources)
+        nodes = with_question_node(nodes, run.ctx.question, settings.question_sources)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
         run.questions = [n.question for n in nodes]
         run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes), plan_draws=len(drawn))
@@ -161,12 +162,43 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
                                                 claim_contexts(run, confirmed),
                                                 asked if run.settings.pipeline.name_check else None,
-                                                run.checks.switches)
+                                                run.checks.switches, compared(run.ctx.question))
     with _phase(run, "synthesize"):
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.synthesis_failed, f"synthesis failed: {exc.message}"
+
+
+def with_compared_nodes(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
+    """The plan's nodes and, after them, one node for each thing the question compares
+    (``forms.compared``: a choice between two named things, a question about both) that no
+    sub-question researches on its own (naming it and not the other), unless ``sources`` is 0.
+    A small planner often asks one sub-question about both, or the whole question again,
+    and the answer then compares one side's facts with nothing. Each such node is searched by
+    the thing's name and the question's words, read, and its claims verified; it has no
+    answer of its own and nothing depends on it."""
+    items = compared(question)
+    if not sources or not items:
+        return nodes
+    out = list(nodes)
+    for item in items:
+        others = [names(o, openers=True) for o in items if o != item]
+        mine = names(item, openers=True)
+
+        def alone(node: NodeState) -> bool:
+            said = names(node.question, openers=True)
+            return mine <= said and not any(other <= said for other in others)
+
+        if any(alone(n) for n in nodes):
+            continue
+        out.append(NodeState(id=_fresh_node_id(out), question=f"About {item}: {question}", compares=item))
+    return out
+
+
+def _fresh_node_id(nodes: list[NodeState]) -> str:
+    used = {n.id for n in nodes}
+    return next(f"q{i}" for i in range(len(nodes) + 1, len(nodes) + 100) if f"q{i}" not in used)
 
 
 def with_question_node(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
@@ -177,9 +209,7 @@ def with_question_node(nodes: list[NodeState], question: str, sources: int) -> l
     question's top pages they left. Nothing depends on it: its findings never steer a hop."""
     if not sources or any(n.question.strip().lower() == question.strip().lower() for n in nodes):
         return nodes
-    used = {n.id for n in nodes}
-    node_id = next(f"q{i}" for i in range(len(nodes) + 1, len(nodes) + 100) if f"q{i}" not in used)
-    return nodes + [NodeState(id=node_id, question=question, whole_question=True)]
+    return nodes + [NodeState(id=_fresh_node_id(nodes), question=question, whole_question=True)]
 
 
 def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dict[str, Verdict],

@@ -13,9 +13,9 @@ from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Sho
 from . import prompts
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
-from .forms import answer_rests_on, echoes_example
+from .forms import answer_rests_on, compared, echoes_example, is_yes_no
 from .gather import answer_checked, dedupe_text
-from .names import off_subject
+from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
 from .state import RunContext, ask
 
@@ -100,9 +100,26 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     if out is None:
         return ""
     answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
+    items = compared(run.ctx.question)
+    if answer and is_yes_no(run.ctx.question) and run.checks.applies(
+            "answer-both-sides", lambda: not both_sides(confirmed, items), on="answer", answer=answer):
+        answer = ""
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
+
+
+def about_item(claim: MergedClaim, item: str) -> bool:
+    """Whether a claim (its text or a quote) names the compared thing ``item``."""
+    wanted = names(item, openers=True) - GENERIC_NAMES
+    said = names(" ".join([claim.text] + [q.quote for q in claim.quotes]), openers=True)
+    return bool(wanted) and all(name_found(n, said) for n in wanted)
+
+
+def both_sides(confirmed: list[MergedClaim], items: list[str]) -> bool:
+    """Check answer-both-sides: whether every compared thing has a verified claim naming it
+    (a yes or no about two things rests on a fact of each)."""
+    return all(any(about_item(c, item) for c in confirmed) for item in items)
 
 
 def chain_listing(nodes: list[NodeState], evidence: str, switches: Switches = ALL_ON) -> str:
@@ -121,7 +138,7 @@ ANSWER_CITES_PER_STEP = 2
 
 def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str,
                    around: dict[str, str] | None = None, asked: str | None = None,
-                   switches: Switches = ALL_ON) -> list[str]:
+                   switches: Switches = ALL_ON, items: list[str] | None = None) -> list[str]:
     """The confirmed claims the direct answer rests on, best-ranked first: for each answered
     sub-question, its claims whose text or quotes carry its answer (any of its claims when the
     answer is yes or no), then the claims that carry the final answer. A multi-hop answer so
@@ -130,7 +147,9 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
     words carry a step's answer. With ``asked`` (the question, its sub-questions as researched
     and their answers but the final one) a claim must also be about something they name
     (``names.off_subject``): carrying the answer's word is not enough ("Jon Marta Lindqvist
-    was a Ruritanian sailor" beside "Ruritania" for the country of the painter Marta Olsen)."""
+    was a Ruritanian sailor" beside "Ruritania" for the country of the painter Marta Olsen).
+    With ``items`` (the things the question compares), a yes or no cites first a verified
+    claim about each of them."""
     around = around or {}
     if asked is not None and switches.on("answer-cites-on-subject"):
         confirmed = [c for c in confirmed if not off_subject(
@@ -146,6 +165,11 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
     def take(claims: list[MergedClaim]) -> None:
         fresh = [c.id for c in claims if c.id not in chosen]
         chosen.extend(fresh[:ANSWER_CITES_PER_STEP])
+
+    if items and answer.strip().lower().rstrip(".") in ("yes", "no"):
+        # A yes or no about two things cites a verified fact of each.
+        for item in items:
+            take([c for c in confirmed if about_item(c, item)])
 
     for node in nodes:
         if not node.answer:

@@ -107,3 +107,7 @@ EVAL_SETS ?= ../shared/bench/musique-dev ../shared/bench/hotpotqa-dev
 eval:
 	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set (questions.jsonl, corpus.jsonl): put the team's bench beside the checkout, or name the sets with make eval EVAL_SETS='DIR ...' (EVAL_SETS=data/demo: the five shipped questions)" >&2; exit 2; }; done
 	@for set in $(EVAL_SETS); do $(BIN)/appliance eval $$set --limit $(N) --profile quick || exit $$?; done
+
+.PHONY: screenshots
+screenshots: ## docs/screenshots/*.png of the web view (Debian's chromium, the 135M test model)
+	$(PY) scripts/web_screenshots.py

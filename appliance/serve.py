@@ -59,6 +59,11 @@ class ServeConfig:
     max_body: int = DEFAULT_MAX_BODY
 
 
+def is_api(path: str) -> bool:
+    """Whether a path is the API's (JSON refusals) rather than a page's (HTML refusals)."""
+    return path == "/api" or path.startswith("/api/")
+
+
 def refuse(status: int, reason: str) -> JSONResponse:
     log.warning("refused %d: %s", status, reason)
     return JSONResponse({"error": reason}, status_code=status)
@@ -81,12 +86,12 @@ class Guard:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+                            (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY")]
                 message = {**message, "headers": headers}
             await send(message)
 
         if problem is not None:
-            if request.url.path.startswith("/api/"):
+            if is_api(request.url.path):
                 await refuse(*problem)(scope, receive, send_with_headers)
             else:
                 from .web import refusal_page
@@ -94,7 +99,7 @@ class Guard:
                 await refusal_page(*problem)(scope, receive, send_with_headers)
             return
         token = self.config.token
-        if (token and request.method == "GET" and not request.url.path.startswith("/api/")
+        if (token and request.method == "GET" and not is_api(request.url.path)
                 and request.query_params.get("token") and not request.headers.get("authorization")):
             # A page opened with ?token=: the token moves to an HttpOnly cookie and out of the URL.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
@@ -352,12 +357,12 @@ def create_app(config: ServeConfig) -> ASGIApp:
         return JSONResponse(OPENAPI)
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        if not request.url.path.startswith("/api/"):
+        if not is_api(request.url.path):
             return refusal_page(404, f"no such page: {request.url.path[:80]}")
         return refuse(404, f"no such endpoint: {request.method} {request.url.path[:80]}")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        if not request.url.path.startswith("/api/"):
+        if not is_api(request.url.path):
             return refusal_page(405, f"method {request.method} not allowed on {request.url.path[:80]}")
         return refuse(405, f"method {request.method} not allowed on {request.url.path[:80]}")
 

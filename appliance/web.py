@@ -36,7 +36,8 @@ from .serve import Refusal, log
 
 CSRF_COOKIE = "appliance_csrf"
 CSRF_FIELD = "csrf"
-STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+          "icon.svg": "image/svg+xml"}
 MAX_BULK = 1000
 # Private-use marks that stand for a citation while the markdown renders; stripped from the
 # report text first, so no text can forge one.
@@ -65,7 +66,7 @@ def page(title: str, body: str, *, here: str = "", status: int = 200, csrf: str 
     nav = "".join(f'<a href="{href}"{" class=here" if href == here else ""}>{esc(name)}</a>' for href, name in NAV)
     doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-           f'<title>{esc(title)} · appliance</title><link rel="stylesheet" href="/static/app.css">'
+           f'<title>{esc(title)} · appliance</title><link rel="icon" href="/static/icon.svg"><link rel="stylesheet" href="/static/app.css">'
            f'<script src="/static/app.js" defer></script></head><body>'
            f'<header class="top"><div class="bar"><a class="brand" href="/">appliance</a><nav>{nav}</nav></div></header>'
            f'<main>{body}</main><footer class="foot">Runs on this machine only: local models, local corpora, '

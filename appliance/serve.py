@@ -36,6 +36,7 @@ from .jobs import FINISHED, STATUSES, JobQueue, JobRequest, QueueFull, valid_job
 log = logging.getLogger("appliance.serve")
 
 DEFAULT_MAX_BODY = 64 * 1024    # a question and its options; far below any abuse
+DEFAULT_MAX_UPLOAD = 256 * 1024  # a questions file: thousands of lines, more than the queue takes
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TOKEN_COOKIE = "appliance_token"
@@ -57,6 +58,7 @@ class ServeConfig:
     config_file: str | None = None
     token: str | None = None
     max_body: int = DEFAULT_MAX_BODY
+    max_upload: int = DEFAULT_MAX_UPLOAD    # a questions file posted to the web view's /batch
 
 
 def is_api(path: str) -> bool:
@@ -112,11 +114,12 @@ class Guard:
 
     def _check(self, request: Request) -> tuple[int, str] | None:
         length = request.headers.get("content-length")
+        cap = self.config.max_upload if request.url.path == "/batch" else self.config.max_body
         if length is not None:
             if not length.isdigit():
                 return 400, "Content-Length is not a number"
-            if int(length) > self.config.max_body:
-                return 413, f"request body over {self.config.max_body} bytes"
+            if int(length) > cap:
+                return 413, f"request body over {cap} bytes"
         token = self.config.token
         if token:
             given = request.headers.get("authorization", "")
@@ -378,7 +381,7 @@ def create_app(config: ServeConfig) -> ASGIApp:
         Route("/api/models", models, methods=["GET"]),
         Route("/api/doctor", doctor, methods=["GET"]),
         Route("/api/openapi.json", openapi, methods=["GET"]),
-        *web_routes(queue, config.config_file, config.max_body, check_request),
+        *web_routes(queue, config.config_file, config.max_body, check_request, max_upload=config.max_upload),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return Guard(app, config)

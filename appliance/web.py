@@ -179,7 +179,7 @@ def render_report(markdown: str, report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- routes
 
 def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
-               check_request: Callable[[JobRequest], None]) -> list[Route]:
+               check_request: Callable[[JobRequest], None], *, max_upload: int = 256 * 1024) -> list[Route]:
     """The pages, their form posts and the two static files."""
     from .config import SettingsRecipe
 
@@ -250,8 +250,28 @@ def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
                 f'<span class="hint">Runs wait in one queue; you can close the page and come back.</span></div>'
                 f'</form>')
 
+    def batch_form(token: str) -> str:
+        c = form_choices()
+        profiles = [("", "default")] + [(p, p) for p in PROFILES]
+        corpora = [("", f"default ({c['default_corpus'] or 'none'})")] + [(n, n) for n in c["corpora"]]
+        models = [("", f"default ({c['default_model']})")] + [(m, m) for m in c["models"]]
+        return (f'<h2>Batch</h2><form class="card" method="post" action="/batch" enctype="multipart/form-data" '
+                f'id="batch-form">{hidden_csrf(token)}<div class="grid">'
+                f'<div><label for="bfile">Questions file <span class="hint">one a line, or .jsonl; '
+                f'{max_upload // 1024} KiB at most</span></label>'
+                f'<input type="file" id="bfile" name="file" accept=".txt,.jsonl,.ndjson,.json" required></div>'
+                f'<div><label for="bprofile">Profile</label><select id="bprofile" name="profile">'
+                f'{options(profiles, None)}</select></div>'
+                f'<div><label for="bcorpus">Corpus</label><select id="bcorpus" name="corpus">'
+                f'{options(corpora, None)}</select></div>'
+                f'<div><label for="bmodel">Model</label><select id="bmodel" name="model">'
+                f'{options(models, None)}</select></div></div>'
+                f'<div class="actions"><button type="submit" class="quiet" id="batch-submit">Queue the questions'
+                f'</button><span class="hint">Each question becomes one run in the queue.</span></div></form>')
+
     async def new_page(request: Request, token: str) -> Response:
         body = await asyncio.to_thread(new_form, token, {})
+        body += await asyncio.to_thread(batch_form, token)
         recent = await asyncio.to_thread(queue.list_jobs, limit=5)
         if recent:
             body += '<h2>Recent runs</h2>' + history_table(recent, token=None)
@@ -469,6 +489,98 @@ def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
                 f'{table}{search}{results}')
         return page("Corpora", body, here="/corpora")
 
+    async def batch_submit(request: Request, token: str) -> Response:
+        import tempfile
+        from pathlib import Path
+
+        from .batch import JSON_SUFFIXES, read_questions
+
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "multipart/form-data":
+            raise PageRefusal(415, "a questions file is posted as multipart/form-data")
+        if not (request.headers.get("content-length") or "").isdigit():
+            raise PageRefusal(411, "a questions file needs a Content-Length")
+        try:
+            form = await request.form(max_files=1, max_fields=10, max_part_size=max_upload)
+        except Exception as exc:  # noqa: BLE001 - a malformed upload is the sender's problem
+            raise PageRefusal(400, f"the upload could not be read: {str(exc).splitlines()[0][:120]}") from None
+        given = form.get(CSRF_FIELD)
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if not cookie or not isinstance(given, str) or not hmac.compare_digest(cookie.encode(), given.encode()):
+            raise PageRefusal(403, "the form's CSRF token is missing or does not match its cookie: "
+                                   "reload the page and submit again")
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise PageRefusal(400, "choose a questions file")
+        data = await upload.read()
+        name = upload.filename or ""
+        options_given: dict[str, str | None] = {}
+        for key in ("profile", "corpus", "model"):
+            value = form.get(key)
+            if value is not None and not isinstance(value, str):
+                raise PageRefusal(400, f"{key} must be text")
+            options_given[key] = value.strip() or None if value is not None else None
+
+        def work() -> tuple[list[tuple[int, str, str, str]], int]:
+            # The file is parsed from a private temporary folder of the state folder under a fixed
+            # name: the name the browser sent chooses only text or JSON lines.
+            suffix = ".jsonl" if Path(name).suffix.lower() in JSON_SUFFIXES else ".txt"
+            with tempfile.TemporaryDirectory(dir=queue.path.parent) as tmp:
+                path = Path(tmp) / f"questions{suffix}"
+                path.write_bytes(data)
+                items = read_questions(path)
+            rows: list[tuple[int, str, str, str]] = []   # line, question, run id or "", reason
+            refused = 0
+            for item in items:
+                if item.error:
+                    rows.append((item.line, item.question, "", item.error))
+                    refused += 1
+                    continue
+                try:
+                    req = JobRequest(item.question, profile=item.profile or options_given["profile"],
+                                     corpus=options_given["corpus"], model=options_given["model"]).checked()
+                    check_request(req)
+                    rows.append((item.line, req.question, queue.submit(req).id, ""))
+                except QueueFull as exc:
+                    rows.append((item.line, item.question, "", exc.one_line()))
+                    refused += 1
+                except (ApplianceError, Refusal) as exc:
+                    rows.append((item.line, item.question, "",
+                                 exc.one_line() if isinstance(exc, ApplianceError) else exc.reason))
+                    refused += 1
+            return rows, refused
+
+        rows, refused = await asyncio.to_thread(work)
+        if refused:
+            log.warning("batch upload: %d of %d line(s) not queued (named in the page)", refused, len(rows))
+        ids = [run_id for _, _, run_id, _ in rows if run_id]
+        table = "".join(
+            f'<tr><td class="num">{line}</td><td>{esc(question)}</td><td>'
+            f'{f"<a href=/runs/{run_id}>{run_id}</a>" if run_id else badge("not queued")}</td>'
+            f'<td class="muted">{esc(reason)}</td></tr>' for line, question, run_id, reason in rows)
+        progress = (f'<p><a class="button" href="/batch?{urlencode({"ids": ",".join(ids)})}" id="batch-progress">'
+                    f'Follow the batch</a></p>' if ids else "")
+        body = (f'<h1>Batch queued</h1><p class="sub">{len(ids)} of {len(rows)} question(s) queued'
+                f'{f"; {refused} not queued, each with its reason" if refused else ""}.</p>{progress}'
+                f'<div class="table-wrap"><table id="batch"><thead><tr><th class="num">line</th><th>question</th>'
+                f'<th>run</th><th>reason</th></tr></thead><tbody>{table}</tbody></table></div>')
+        return page("Batch", body, status=201 if ids else 400)
+
+    async def batch_page(request: Request, token: str) -> Response:
+        raw = [i for i in (request.query_params.get("ids") or "").split(",") if i]
+        if not raw or len(raw) > MAX_BULK:
+            raise PageRefusal(400, f"give the batch's run ids: /batch?ids=j-...,j-... (at most {MAX_BULK})")
+        bad = [i for i in raw if not valid_job_id(i)]
+        if bad:
+            raise PageRefusal(400, f"not a run id: {bad[0][:40]!r} (ids look like j-0123456789ab)")
+        jobs = [j for j in await asyncio.to_thread(lambda: [queue.get(i) for i in raw]) if j is not None]
+        counts = {s: sum(j.status == s for j in jobs) for s in STATUSES}
+        pills = " ".join(f'<span class="badge {s}">{s} {counts[s]}</span>' for s in STATUSES)
+        body = (f'<h1>Batch</h1><p class="sub">{len(jobs)} run(s); {len(raw) - len(jobs)} deleted. '
+                f'Reload for the latest.</p><div class="pill-row" id="batch-counts">{pills}</div>'
+                f'{history_table(jobs, token=None)}')
+        return page("Batch", body)
+
     static_cache: dict[str, bytes] = {}
 
     async def static(request: Request) -> Response:
@@ -488,5 +600,7 @@ def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
         Route("/history", pageview(history_page), methods=["GET"]),
         Route("/history/delete", pageview(bulk_delete), methods=["POST"]),
         Route("/corpora", pageview(corpora_page), methods=["GET"]),
+        Route("/batch", pageview(batch_submit), methods=["POST"]),
+        Route("/batch", pageview(batch_page), methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
     ]

@@ -5,6 +5,7 @@ beyond loopback, and nothing a page is given becomes a path."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -189,3 +190,35 @@ def test_report_citations_render_with_their_quotes():
     assert 'role="tooltip"' in rendered and "<b>" not in rendered and "<script>" not in rendered
     assert "&lt;img src=x&gt;" in rendered and "[3]" in rendered
     assert "<h2>Sources</h2>" in rendered
+
+
+def test_batch_upload_queues_each_line_with_a_link(server):
+    lines = [json.dumps({"question": "Who named Aurora Lake?"}), json.dumps({"question": 5}),
+             json.dumps({"question": "Where was Mira Holt born?", "profile": "quick"}),
+             json.dumps({"question": "How long is Aurora Lake?", "profile": "huge"})]
+    upload = ("\n".join(lines) + "\n").encode()
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        token = csrf_of(client.get("/"))
+        assert 'id="batch-form"' in client.get("/").text
+        before = client.get("/api/runs").json()["counts"]["queued"]
+        response = client.post("/batch", data={"csrf": token, "corpus": "tiny"},
+                               files={"file": ("questions.jsonl", upload, "application/octet-stream")})
+        assert response.status_code == 201, response.text[:400]
+        ids = re.findall(r"<a href=/runs/(j-[0-9a-f]{12})>", response.text)
+        assert len(ids) == 2 and "2 not queued" in response.text and "profile" in response.text
+        jobs = [client.get(f"/api/runs/{i}").json() for i in ids]
+        assert [j["question"] for j in jobs] == ["Who named Aurora Lake?", "Where was Mira Holt born?"]
+        assert [j["profile"] for j in jobs] == [None, "quick"] and {j["corpus"] for j in jobs} == {"tiny"}
+        progress = client.get("/batch", params={"ids": ",".join(ids)})
+        assert progress.status_code == 200 and "queued 2" in progress.text and all(i in progress.text for i in ids)
+        refusal(client.get("/batch", params={"ids": "j-../x"}), 400)
+        # Forged (no CSRF field), too big, not multipart: refused, nothing queued.
+        forged = client.post("/batch", files={"file": ("q.txt", b"Who named Aurora Lake?\n", "text/plain")})
+        assert "CSRF" in refusal(forged, 403)
+        big = client.post("/batch", data={"csrf": token},
+                          files={"file": ("q.txt", b"Who named Aurora Lake?\n" * 20000, "text/plain")})
+        assert "over" in refusal(big, 413)
+        assert client.get("/api/runs").json()["counts"]["queued"] == before + 2
+        for run_id in ids:   # leave the queue as the other tests expect it
+            client.delete(f"/api/runs/{run_id}")
+    assert "Traceback" not in server.log_text()

@@ -216,12 +216,17 @@ def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
         return job
 
     def form_choices() -> dict[str, Any]:
-        from .llm.manifest import load_manifest_for
+        from .llm.manifest import load_manifest_for, resolve_model
         from .sources.corpus import list_corpora
 
         built = settings()
-        return {"models": [m.name for m in load_manifest_for(built).models], "corpora": list_corpora(built),
-                "default_model": built.models.writer, "default_backend": built.search.backend,
+        manifest = load_manifest_for(built)
+        try:
+            default_model = resolve_model(built, "writer", manifest).name
+        except ApplianceError:
+            default_model = "none"
+        return {"models": [m.name for m in manifest.models], "corpora": list_corpora(built),
+                "default_model": default_model, "default_backend": built.search.backend,
                 "default_corpus": built.search.corpus}
 
     def new_form(token: str, values: dict[str, str | None], error: str = "") -> str:

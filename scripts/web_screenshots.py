@@ -5,7 +5,7 @@ corpus, submits one question on the page with the given model (the 135M test mod
 default, which the machine can spare), and takes each page in Debian's chromium through
 playwright (never a downloaded browser):
 
-    python scripts/web_screenshots.py [--model smollm2-135m] [--out docs/screenshots]
+    python scripts/web_screenshots.py [--model smollm2-135m] [--out docs/screenshots] [--pages-only]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
+    parser.add_argument("--pages-only", action="store_true",
+                        help="only the pages that need no run (new research, corpora)")
     args = parser.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -66,7 +68,12 @@ def main() -> int:
 
                 page.goto(f"{server.url}/")
                 page.fill("#question", QUESTIONS[0])
-                shot("new-research")
+                shot("new-research", full=True)
+                if args.pages_only:
+                    page.goto(f"{server.url}/corpora?name=tiny&q=Mira+Holt+surveyor")
+                    shot("corpora")
+                    browser.close()
+                    return 0
                 first = submit(QUESTIONS[0])
                 page.wait_for_selector("#nodes tr[data-node]", timeout=600_000)
                 page.wait_for_timeout(1500)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import statistics
@@ -40,15 +41,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-async def hammer(url: str, run_id: str, clients: int) -> tuple[dict[str, list[float]], int, dict]:
+async def hammer(url: str, run_id: str, clients: int) -> tuple[dict[str, list[float]], collections.Counter, dict]:
     """Until the run finishes: ``clients`` loops, alternating status and history requests."""
     latencies: dict[str, list[float]] = {"status": [], "history": []}
-    errors = 0
+    errors: collections.Counter[str] = collections.Counter()
     done = asyncio.Event()
     final: dict = {}
 
     async def client_loop(number: int, client: httpx.AsyncClient) -> None:
-        nonlocal errors
         turn = number
         while not done.is_set():
             kind = "status" if turn % 2 == 0 else "history"
@@ -56,11 +56,11 @@ async def hammer(url: str, run_id: str, clients: int) -> tuple[dict[str, list[fl
             start = time.perf_counter()
             try:
                 response = await client.get(path)
-                ok = response.status_code == 200
-            except httpx.HTTPError:
-                ok = False
+                if response.status_code != 200:
+                    errors[f"{kind} {response.status_code}: {response.text[:120]}"] += 1
+            except httpx.HTTPError as exc:
+                errors[f"{kind} {type(exc).__name__}"] += 1
             latencies[kind].append(time.perf_counter() - start)
-            errors += not ok
             turn += 1
 
     async def watch(client: httpx.AsyncClient) -> None:
@@ -114,8 +114,10 @@ def main() -> int:
             latencies, errors, final = asyncio.run(hammer(server.url, job["id"], args.clients))
         finally:
             server.stop()
+            log_errors = [line for line in server.log_text().splitlines() if " ERROR " in line][:5]
     result = {"clients": args.clients, "model": model, "run_status": final.get("status"),
-              "served_run_seconds": final.get("elapsed"), "cli_run_seconds": cli_seconds, "errors": errors}
+              "served_run_seconds": final.get("elapsed"), "cli_run_seconds": cli_seconds, "errors": dict(errors)}
+    result["server_errors"] = log_errors
     for kind, values in latencies.items():
         result[kind] = {"requests": len(values), "p50_ms": round(1000 * statistics.median(values), 1) if values else None,
                         "p95_ms": round(1000 * percentile(values, 0.95), 1) if values else None}

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .contracts import PROFILES, Backend, Profile
 from .errors import ConfigError, StateError
@@ -151,6 +151,17 @@ class PipelineSettings(_Section):
         return self
 
 
+class ChecksSettings(_Section):
+    disabled: list[str]
+
+    @field_validator("disabled")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        from .pipeline.checks import check_disabled
+
+        return check_disabled(value)
+
+
 class SettingsModel(BaseModel):
     """Every section, typed. Its fields must match the packaged defaults.toml key for key
     (checked by the tests): the file documents each knob, this class types it."""
@@ -167,6 +178,7 @@ class SettingsModel(BaseModel):
     fetch: FetchSettings
     corpus: CorpusSettings
     pipeline: PipelineSettings
+    checks: ChecksSettings
 
 
 @dataclass(frozen=True)
@@ -229,6 +241,10 @@ class Settings:
     @property
     def pipeline(self) -> PipelineSettings:
         return self.typed.pipeline
+
+    @property
+    def checks(self) -> ChecksSettings:
+        return self.typed.checks
 
     def get(self, dotted: str) -> Any:
         section, key = dotted.split(".", 1)

@@ -190,6 +190,9 @@ class Source(_Rec):
     truncated: bool = False
     from_cache: bool = False
     quality: Optional[SourceQuality] = None
+    # Where a reader opens it when that is not ``url``: a local document's file at its page
+    # (file:///.../report.pdf#page=17) for a corpus passage.
+    link: str = ""
 
 
 class QuoteRef(_Rec):
@@ -238,6 +241,8 @@ class VoteRecord(_Rec):
     valid: bool
     verdict: Optional[VoteVerdict] = None
     reason: str = ""
+    # The check that made a cast vote an abstention (example-echo, vote-no-reason), if any.
+    check: Optional[str] = None
 
     @property
     def supports(self) -> bool:
@@ -340,6 +345,9 @@ class ReportData:
     effort: int = 0
     repairs: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    # The checks switched off, and what each check that fired fired on (pipeline.checks).
+    checks_disabled: list[str] = field(default_factory=list)
+    checks_fired: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
 
 

@@ -28,7 +28,11 @@ from .research import run_settings
                    "(`appliance corpus serve` + config/searxng/corpus.yml; eval does not start them).")
 @click.option("--searxng-url", default=None, metavar="URL",
               help="SearXNG to search with --backend searxng (default: searxng.url).")
-def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url):
+@click.option("--without", "without", multiple=True, metavar="CHECK",
+              help="Switch this check off in every mode (repeat for several; `appliance checks` lists them). "
+                   "The answers go to a folder of their own; calls whose prompts did not change replay.")
+def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url,
+             without):
     """Answer DATASET_DIR's questions in each mode and score them.
 
     DATASET_DIR holds corpus.jsonl and questions.jsonl (see ../shared/bench/musique-dev).
@@ -51,11 +55,15 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     dataset = load_dataset(dataset_dir, limit)
     corpus = corpus_name_for(dataset)
     settings = run_settings(profile, backend, corpus, searxng_url, model_name, no_cache)
+    if without:
+        settings = settings.with_overrides(
+            {"checks.disabled": sorted(set(settings.checks.disabled) | set(without))}, origin="--without")
     click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
     Corpus(settings, corpus).add([dataset.corpus_path])
     modes = list(modes) or list(MODES)
     # Results resume by question, mode, profile and model: another backend needs its own folder.
-    suffix = "-searxng" if backend == "searxng" else ""
+    suffix = ("-searxng" if backend == "searxng" else "") + (
+        "-without-" + "+".join(sorted(settings.checks.disabled)) if settings.checks.disabled else "")
     out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}{suffix}")
     out.mkdir(parents=True, exist_ok=True)
     models, search, fetcher, embedder = open_run_parts(settings)

@@ -31,7 +31,7 @@ def folder_rows(results_path: Path, question_ids: list[str]) -> list[dict]:
             try:
                 row = json.loads(line)
                 key = (row["id"], row["mode"], row.get("model", ""),
-                       row.get("profile", "") if row["mode"] == "pipeline" else "")
+                       row.get("profile", "") if row["mode"] == "pipeline" else "", _without(row))
             except (ValueError, KeyError, TypeError):
                 continue
             if row["id"] in wanted:
@@ -51,13 +51,20 @@ def columns(rows: list[dict]) -> dict[str, list[dict]]:
     for row in rows:
         profile = row.get("profile", "") if row["mode"] == "pipeline" and len(profiles) > 1 else ""
         model = row.get("model", "") if len(models) > 1 else ""
-        grouped.setdefault((row["mode"], profile, model), []).append(row)
+        grouped.setdefault((row["mode"], profile, model, _without(row)), []).append(row)
     order = {mode: i for i, mode in enumerate(MODES)}
     out: dict[str, list[dict]] = {}
-    for mode, profile, model in sorted(grouped, key=lambda k: (order.get(k[0], len(order)), k[1], k[2])):
-        label = mode + (f" {profile}" if profile else "") + (f" ({model})" if model else "")
-        out[label] = grouped[(mode, profile, model)]
+    for key in sorted(grouped, key=lambda k: (order.get(k[0], len(order)), k[1], k[2], k[3])):
+        mode, profile, model, without = key
+        label = (mode + (f" {profile}" if profile else "") + (f" ({model})" if model else "")
+                 + (f" without {without}" if without else ""))
+        out[label] = grouped[key]
     return out
+
+
+def _without(row: dict) -> str:
+    """The checks a row's answer was given without (``eval --without``), "+"-joined."""
+    return "+".join(sorted(row.get("without") or []))
 
 
 def summarize_columns(grouped: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:

@@ -113,3 +113,7 @@ eval:
 ablate:
 	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set (questions.jsonl, corpus.jsonl): put the team's bench beside the checkout, or name the sets with make ablate EVAL_SETS='DIR ...'" >&2; exit 2; }; done
 	$(BIN)/appliance ablate $(EVAL_SETS) --limit $(N) --profile quick $(foreach c,$(CHECKS),--check $(c))
+
+.PHONY: screenshots
+screenshots: ## docs/screenshots/*.png of the web view (Debian's chromium, the 135M test model)
+	$(PY) scripts/web_screenshots.py

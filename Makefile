@@ -1,5 +1,5 @@
 # appliance: `make install` sets everything up, `make test` checks it all.
-# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N, EVAL_SETS, BENCH_LLM_FLAGS.
+# Variables: PYTHON, VENV, LLAMA_CMAKE_ARGS, Q (question for `make run`), QUESTIONS, N, EVAL_SETS, CHECKS, BENCH_LLM_FLAGS.
 
 PYTHON ?= python3
 VENV ?= .venv

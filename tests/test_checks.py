@@ -126,6 +126,12 @@ def test_nothing_in_the_pipeline_decides_a_drop_outside_a_registered_check():
     assert not unnamed, unnamed
 
 
+def test_the_readme_lists_every_check():
+    readme = (PIPELINE.parent.parent / "README.md").read_text(encoding="utf-8")
+    for check in CHECKS:
+        assert f"| `{check.id}`" in readme, check.id
+
+
 # ------------------------------------------------------------------ switching checks off
 
 def test_disabled_checks_are_validated_against_the_registry():

@@ -151,6 +151,21 @@ class PipelineSettings(_Section):
         return self
 
 
+class ClusterSettings(_Section):
+    spec: str
+    workers: Count
+    cores: Zeroable
+    memory: str
+    walltime: str
+    lifetime: str
+    lifetime_stagger: str
+    queue: str
+    account: str
+    extra_directives: list[str]
+    local_directory: str
+    python: str
+
+
 class SettingsModel(BaseModel):
     """Every section, typed. Its fields must match the packaged defaults.toml key for key
     (checked by the tests): the file documents each knob, this class types it."""
@@ -167,6 +182,7 @@ class SettingsModel(BaseModel):
     fetch: FetchSettings
     corpus: CorpusSettings
     pipeline: PipelineSettings
+    cluster: ClusterSettings
 
 
 @dataclass(frozen=True)
@@ -229,6 +245,10 @@ class Settings:
     @property
     def pipeline(self) -> PipelineSettings:
         return self.typed.pipeline
+
+    @property
+    def cluster(self) -> ClusterSettings:
+        return self.typed.cluster
 
     def get(self, dotted: str) -> Any:
         section, key = dotted.split(".", 1)

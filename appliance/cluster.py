@@ -126,13 +126,13 @@ def _job_kwargs(settings: Settings, spec: ClusterSpec) -> dict[str, Any]:
 
 
 def _job_classes(kind: str):
-    try:
-        import dask_jobqueue
-    except ImportError:  # pragma: no cover - a dependency of the package
-        raise UsageError("dask-jobqueue is not installed", hint="run `make install`") from None
     if kind == "slurm":
-        return dask_jobqueue.SLURMJob, dask_jobqueue.SLURMCluster
-    return dask_jobqueue.PBSJob, dask_jobqueue.PBSCluster
+        from dask_jobqueue.slurm import SLURMCluster, SLURMJob
+
+        return SLURMJob, SLURMCluster
+    from dask_jobqueue.pbs import PBSCluster, PBSJob
+
+    return PBSJob, PBSCluster
 
 
 def job_script(settings: Settings, spec: ClusterSpec) -> str:

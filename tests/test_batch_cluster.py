@@ -123,7 +123,7 @@ def test_worker_killed_mid_question_loses_only_that_question(corpus_home, tmp_pa
 
     _, corpus = corpus_home
     items = questions(3)
-    home, out = fresh_home(corpus_home, "home", tmp_path), tmp_path / "out"
+    home, out = fresh_home(corpus_home, "work-home", tmp_path), tmp_path / "out"
     recipe = recipe_for(home, corpus)
     written: Counter[str] = Counter()
     real_write = cluster_module.write_answer
@@ -152,7 +152,6 @@ def test_worker_killed_mid_question_loses_only_that_question(corpus_home, tmp_pa
     assert [r.outcome for r in results] == ["done"] * 3, [(r.id, r.reason) for r in results]
     assert written == Counter({item.id: 1 for item in items})
     assert sorted(p.name for p in out.glob("*.md")) == sorted(f"{i.id}.md" for i in items)
-    assert killed[0] not in {r.worker["pid"] for r in results}
 
     # A rerun replays: finished reports are skipped; forced, every call comes from the cache.
     again = run_batch(items, recipe, out, cluster=ClusterSpec("local", workers=1))

@@ -10,7 +10,7 @@ Reported: questions per hour of wall time (cluster start included), the median s
 question's own run, and the cluster path's overhead per question: (local:1 wall - in-process
 wall) / questions, as a share of an in-process question's time (goal < 3%).
 
-Usage: python scripts/bench_scale.py [--model NAME] [--questions 4] [--threads N] [--json]
+Usage: python scripts/bench_scale.py [--model NAME] [--questions 4] [--threads N] [--corpus-from DIR] [--json]
 The default model is the manifest's default (the research model): on a shared machine pass
 --model smollm2-135m. Not part of `make test`. Writes only a temporary folder.
 """
@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=4)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama.cpp threads in all")
     parser.add_argument("--profile", default="quick")
+    parser.add_argument("--corpus-from", type=Path,
+                        help="a state folder whose corpus 'default' holds data/demo (copied, not re-embedded)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     for key in [k for k in os.environ if k.startswith("APPLIANCE_")]:
@@ -73,7 +75,10 @@ def main() -> None:
     items = demo_questions(args.questions)
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         base = Path(tmp) / "corpus-home"
-        Corpus(recipe(base, args.model, args.threads, args.profile).build(), "default").add([DEMO / "corpus.jsonl"])
+        if args.corpus_from:
+            shutil.copytree(args.corpus_from / "lancedb", base / "lancedb")
+        else:
+            Corpus(recipe(base, args.model, args.threads, args.profile).build(), "default").add([DEMO / "corpus.jsonl"])
         modes = [("in-process", None, args.threads), ("local:1", ClusterSpec("local", 1), args.threads),
                  ("local:2", ClusterSpec("local", 2), max(1, args.threads // 2))]
         figures: dict[str, dict[str, float]] = {}

@@ -27,7 +27,7 @@ DEMO_CORPUS ?= data/demo/corpus.jsonl
 Q ?=
 N ?= 10
 
-.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes bench-plan bench-peers clean batch eval
+.PHONY: install venv deps models demo-corpus test run doctor bench-llm bench-sources bench-pipeline bench-votes bench-plan bench-peers clean batch eval ablate
 
 install: deps models demo-corpus ## virtual environment, every dependency, the default models, the demo corpus
 	@$(BIN)/appliance doctor || true
@@ -107,3 +107,13 @@ EVAL_SETS ?= ../shared/bench/musique-dev ../shared/bench/hotpotqa-dev
 eval:
 	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set (questions.jsonl, corpus.jsonl): put the team's bench beside the checkout, or name the sets with make eval EVAL_SETS='DIR ...' (EVAL_SETS=data/demo: the five shipped questions)" >&2; exit 2; }; done
 	@for set in $(EVAL_SETS); do $(BIN)/appliance eval $$set --limit $(N) --profile quick || exit $$?; done
+
+# Each check switched off in turn against all on, on both dev sets (CHECKS="id id" for some only;
+# `appliance checks` lists them). Long: one pipeline run per question and check, less what replays.
+ablate:
+	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set (questions.jsonl, corpus.jsonl): put the team's bench beside the checkout, or name the sets with make ablate EVAL_SETS='DIR ...'" >&2; exit 2; }; done
+	$(BIN)/appliance ablate $(EVAL_SETS) --limit $(N) --profile quick $(foreach c,$(CHECKS),--check $(c))
+
+.PHONY: screenshots
+screenshots: ## docs/screenshots/*.png of the web view (Debian's chromium, the 135M test model)
+	$(PY) scripts/web_screenshots.py

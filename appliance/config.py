@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .contracts import PROFILES, Backend, Profile
 from .errors import ConfigError, StateError
@@ -124,6 +124,7 @@ class PipelineSettings(_Section):
     iterations: Count
     sources_per_node: Count
     question_sources: Zeroable
+    compared_sources: Zeroable
     claims_per_source: Count
     source_chars: Annotated[int, Field(ge=100)]
     quote_sentences: bool
@@ -151,6 +152,15 @@ class PipelineSettings(_Section):
         return self
 
 
+class ChecksSettings(_Section):
+    disabled: list[str]
+
+    @field_validator("disabled")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        from .pipeline.checks import check_disabled
+
+        return check_disabled(value)
 class ClusterSettings(_Section):
     spec: str
     workers: Count
@@ -182,6 +192,7 @@ class SettingsModel(BaseModel):
     fetch: FetchSettings
     corpus: CorpusSettings
     pipeline: PipelineSettings
+    checks: ChecksSettings
     cluster: ClusterSettings
 
 
@@ -247,6 +258,8 @@ class Settings:
         return self.typed.pipeline
 
     @property
+    def checks(self) -> ChecksSettings:
+        return self.typed.checks
     def cluster(self) -> ClusterSettings:
         return self.typed.cluster
 

@@ -190,6 +190,9 @@ class Source(_Rec):
     truncated: bool = False
     from_cache: bool = False
     quality: Optional[SourceQuality] = None
+    # Where a reader opens it when that is not ``url``: a local document's file at its page
+    # (file:///.../report.pdf#page=17) for a corpus passage.
+    link: str = ""
 
 
 class QuoteRef(_Rec):
@@ -238,6 +241,8 @@ class VoteRecord(_Rec):
     valid: bool
     verdict: Optional[VoteVerdict] = None
     reason: str = ""
+    # The check that made a cast vote an abstention (example-echo, vote-no-reason), if any.
+    check: Optional[str] = None
 
     @property
     def supports(self) -> bool:
@@ -273,6 +278,12 @@ class NodeState(_Rec):
         """The question its prompts and searches use: resolved once its parents are done."""
         return self.resolved or self.question
 
+    @property
+    def reads_only(self) -> bool:
+        """A node added beside the plan (the question as asked, a compared thing): searched as
+        given, read, its claims verified, no answer of its own (they go to the run's answer)."""
+        return self.whole_question or bool(self.compares)
+
 
     id: str
     question: str
@@ -288,6 +299,8 @@ class NodeState(_Rec):
     from_gap_round: bool = False
     # The question as asked, researched beside the plan's sub-questions (see run.py).
     whole_question: bool = False
+    # One of the things the question compares, researched on its own (see run.py).
+    compares: str = ""
     error: Optional[str] = None
 
 
@@ -340,6 +353,9 @@ class ReportData:
     effort: int = 0
     repairs: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    # The checks switched off, and what each check that fired fired on (pipeline.checks).
+    checks_disabled: list[str] = field(default_factory=list)
+    checks_fired: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
 
 

@@ -34,7 +34,7 @@ _ENTITY = re.compile(r"&(?=#?\w+;)")
 # bidirectional overrides that make text display in another order than it reads.
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # Schemes that become links; any other "URL" is shown as text.
-_LINK_SCHEMES = ("http://", "https://", "corpus://")
+_LINK_SCHEMES = ("http://", "https://", "corpus://", "file://")
 
 
 def plain_line(text: str) -> str:
@@ -56,7 +56,7 @@ def md_inline(text: str) -> str:
 def md_url(url: str) -> str:
     """A URL that stays one autolink: no spaces, angle brackets or quotes survive unescaped.
 
-    Only http(s) and corpus URLs become links; anything else (no scheme, javascript:...) is
+    Only http(s), corpus and file URLs become links; anything else (no scheme, javascript:...) is
     shown as escaped text, since ``<word>`` would otherwise be raw HTML.
     """
     quoted = url_quote(_INVISIBLE.sub("", url.strip()), safe=":/?#[]@!$&'()*+,;=%-._~")
@@ -173,7 +173,7 @@ MAX_GAP_QUESTIONS = 5
 
 def open_questions(data: ReportData) -> list[str]:
     """The writer's open questions, else the sub-questions' gaps, each once (two sub-questions
-    of the Brand run both left "Where was Henrik Ibsen born?"), at most ``MAX_GAP_QUESTIONS``:
+    of one run may both leave "Where was the author born?"), at most ``MAX_GAP_QUESTIONS``:
     the one list the markdown and the JSON both show."""
     from .pipeline.gather import dedupe_text
 
@@ -196,7 +196,8 @@ def _sources(data: ReportData, cites: Citations) -> list[str]:
         title = md_inline(src.title if src and src.title else url)
         quality = src.quality.value if src and src.quality else "unrated"
         published = md_inline(src.published) if src and src.published else "date unknown"
-        lines.append(f"[{n}] {title} - {md_url(url)}  ")
+        # A local document is linked as its file, at the cited page where it has one.
+        lines.append(f"[{n}] {title} - {md_url(src.link if src and src.link else url)}  ")
         lines.append(f"quality: {quality} · published: {published}")
         lines.append("")
         for quote in cites.quotes.get(url, []):
@@ -298,13 +299,15 @@ def render_json(data: ReportData) -> dict[str, Any]:
         "claims": [{**c.model_dump(mode="json"), "support": c.support,
                     "verdict": data.verdicts[c.id].model_dump(mode="json") if c.id in data.verdicts else None}
                    for c in data.claims.values()],
+        "checks": {"disabled": data.checks_disabled, "counts": data.stats.get("checks", {}),
+                   "fired": data.checks_fired},
         "stats": data.stats,
     }
 
 
 def _source_json(data: ReportData, url: str, n: int, cites: Citations) -> dict[str, Any]:
     src = data.sources.get(url)
-    return {"n": n, "url": url, "title": src.title if src else "",
+    return {"n": n, "url": url, "link": src.link if src and src.link else url, "title": src.title if src else "",
             "quality": src.quality.value if src and src.quality else None,
             "published": src.published if src else None, "quotes": cites.quotes.get(url, [])}
 

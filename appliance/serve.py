@@ -4,8 +4,10 @@ Starlette rather than FastAPI: the API is a dozen routes whose bodies the queue'
 dataclasses already check, so FastAPI's dependency injection and generated validation would
 add a package and a second error format for nothing; the OpenAPI document is written here.
 
-Security: loopback by default; a token (Bearer header or ``?token=``) is required on every
-request when one is set, and ``serve`` sets one whenever it binds beyond loopback. Every
+Security: loopback by default; a token (Bearer header, ``?token=``, or the HttpOnly cookie a
+page opened with ``?token=`` sets) is required on every request when one is set, and ``serve``
+sets one whenever it binds beyond loopback; without a token only loopback Host names are
+answered (no DNS rebinding), and a cross-site post (Origin, Sec-Fetch-Site) is refused. Every
 response carries a Content-Security-Policy of 'self' only. Bodies are capped; the queue is
 bounded (429 beyond it). Every refusal is a 4xx JSON ``{"error": one line}``; nothing
 user-supplied is ever a path: run ids are checked against the queue's own id form.
@@ -19,10 +21,11 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, MutableMapping
+from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,8 +36,10 @@ from .jobs import FINISHED, STATUSES, JobQueue, JobRequest, QueueFull, valid_job
 log = logging.getLogger("appliance.serve")
 
 DEFAULT_MAX_BODY = 64 * 1024    # a question and its options; far below any abuse
+DEFAULT_MAX_UPLOAD = 256 * 1024  # a questions file: thousands of lines, more than the queue takes
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+TOKEN_COOKIE = "appliance_token"
 
 
 class Refusal(Exception):
@@ -53,6 +58,12 @@ class ServeConfig:
     config_file: str | None = None
     token: str | None = None
     max_body: int = DEFAULT_MAX_BODY
+    max_upload: int = DEFAULT_MAX_UPLOAD    # a questions file posted to the web view's /batch
+
+
+def is_api(path: str) -> bool:
+    """Whether a path is the API's (JSON refusals) rather than a page's (HTML refusals)."""
+    return path == "/api" or path.startswith("/api/")
 
 
 def refuse(status: int, reason: str) -> JSONResponse:
@@ -77,30 +88,61 @@ class Guard:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+                            (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY")]
                 message = {**message, "headers": headers}
             await send(message)
 
         if problem is not None:
-            await refuse(*problem)(scope, receive, send_with_headers)
+            if is_api(request.url.path):
+                await refuse(*problem)(scope, receive, send_with_headers)
+            else:
+                from .web import refusal_page
+
+                await refusal_page(*problem)(scope, receive, send_with_headers)
+            return
+        token = self.config.token
+        if (token and request.method == "GET" and not is_api(request.url.path)
+                and request.query_params.get("token") and not request.headers.get("authorization")):
+            # A page opened with ?token=: the token moves to an HttpOnly cookie and out of the URL.
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + ("?" + urlencode(rest) if rest else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
+            await response(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)
 
     def _check(self, request: Request) -> tuple[int, str] | None:
-        token = self.config.token
-        if token:
-            given = request.headers.get("authorization", "")
-            given = given[7:] if given.lower().startswith("bearer ") else request.query_params.get("token", "")
-            if not given:
-                return 401, "a token is required: send 'Authorization: Bearer <token>'"
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return 403, "wrong token"
         length = request.headers.get("content-length")
+        cap = self.config.max_upload if request.url.path == "/batch" else self.config.max_body
         if length is not None:
             if not length.isdigit():
                 return 400, "Content-Length is not a number"
-            if int(length) > self.config.max_body:
-                return 413, f"request body over {self.config.max_body} bytes"
+            if int(length) > cap:
+                return 413, f"request body over {cap} bytes"
+        token = self.config.token
+        if token:
+            given = request.headers.get("authorization", "")
+            given = (given[7:] if given.lower().startswith("bearer ")
+                     else request.query_params.get("token", "") or request.cookies.get(TOKEN_COOKIE, ""))
+            if not given:
+                return 401, "a token is required: send 'Authorization: Bearer <token>' (pages: open /?token=<token>)"
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return 403, "wrong token"
+        else:
+            # Loopback without a token: a page of another site that resolves its own name to
+            # 127.0.0.1 (DNS rebinding) is refused by the Host it sends.
+            raw = request.headers.get("host", "")
+            host = (raw[1:raw.index("]")] if raw.startswith("[") and "]" in raw else raw.rsplit(":", 1)[0]).lower()
+            if host and host not in LOOPBACK:
+                return 403, f"host {host[:60]!r} refused: without a token the server answers loopback names only"
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            # A browser sends Origin (and Sec-Fetch-Site) with every cross-site post: refused, so a
+            # page elsewhere cannot queue or delete runs through the user's browser.
+            origin = request.headers.get("origin")
+            own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+            if request.headers.get("sec-fetch-site") == "cross-site" or (origin and origin != own):
+                return 403, f"cross-origin request refused (Origin {str(origin)[:60]!r})"
         return None
 
 
@@ -148,8 +190,22 @@ def _run_id(request: Request) -> str:
     return run_id
 
 
+def check_job_request(req: JobRequest, config_file: str | None) -> None:
+    """An unknown corpus or model is refused now, not found out by a worker later."""
+    from .llm.manifest import load_manifest_for
+    from .sources.corpus import list_corpora
+
+    built = req.recipe(config_file).build()
+    if req.corpus is not None and req.corpus not in list_corpora(built):
+        raise Refusal(400, f"unknown corpus {req.corpus!r} (see GET /api/corpora)")
+    if req.model is not None:
+        load_manifest_for(built).get(req.model)
+
+
 def create_app(config: ServeConfig) -> ASGIApp:
-    """The Starlette app over ``config.queue``."""
+    """The Starlette app over ``config.queue``: the API under /api, the web view beside it."""
+    from .web import refusal_page, web_routes
+
     queue = config.queue
 
     def settings():
@@ -162,15 +218,7 @@ def create_app(config: ServeConfig) -> ASGIApp:
         return job
 
     def check_request(req: JobRequest) -> None:
-        """An unknown corpus or model is refused now, not found out by a worker later."""
-        from .llm.manifest import load_manifest_for
-        from .sources.corpus import list_corpora
-
-        built = req.recipe(config.config_file).build()
-        if req.corpus is not None and req.corpus not in list_corpora(built):
-            raise Refusal(400, f"unknown corpus {req.corpus!r} (see GET /api/corpora)")
-        if req.model is not None:
-            load_manifest_for(built).get(req.model)
+        check_job_request(req, config.config_file)
 
     @endpoint
     async def submit(request: Request) -> Response:
@@ -312,9 +360,13 @@ def create_app(config: ServeConfig) -> ASGIApp:
         return JSONResponse(OPENAPI)
 
     async def not_found(request: Request, exc: Exception) -> Response:
+        if not is_api(request.url.path):
+            return refusal_page(404, f"no such page: {request.url.path[:80]}")
         return refuse(404, f"no such endpoint: {request.method} {request.url.path[:80]}")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
+        if not is_api(request.url.path):
+            return refusal_page(405, f"method {request.method} not allowed on {request.url.path[:80]}")
         return refuse(405, f"method {request.method} not allowed on {request.url.path[:80]}")
 
     routes = [
@@ -329,6 +381,7 @@ def create_app(config: ServeConfig) -> ASGIApp:
         Route("/api/models", models, methods=["GET"]),
         Route("/api/doctor", doctor, methods=["GET"]),
         Route("/api/openapi.json", openapi, methods=["GET"]),
+        *web_routes(queue, config.config_file, config.max_body, check_request, max_upload=config.max_upload),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return Guard(app, config)

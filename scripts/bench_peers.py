@@ -345,7 +345,7 @@ def score_peer(row: dict, gold: dict, calls: list[dict], corpus_text) -> dict:
 
     from appliance.evaluation import scoring
     from appliance.evaluation.runner import passage_id
-    from appliance.pipeline.quotes import _normalise
+    from appliance.pipeline.anchor import normalise
 
     golds = [gold.get("answer", "")] + list(gold.get("aliases") or [])
     answer = row.get("answer") or ""
@@ -359,7 +359,7 @@ def score_peer(row: dict, gold: dict, calls: list[dict], corpus_text) -> dict:
         snippet = (source.get("snippet") or "").strip().rstrip(".").removesuffix("...").strip()
         if snippet and source.get("url"):
             total += 1
-            found += int(_normalise(snippet)[0] in _normalise(corpus_text(passage_id(source["url"])))[0])
+            found += int(normalise(snippet)[0] in normalise(corpus_text(passage_id(source["url"])))[0])
     mine = [c for c in calls if row["start"] <= c["start"] <= row["end"]]
     supporting = list(gold.get("supporting_ids") or [])
     return {"system": "local-deep-research", "id": row["id"], "status": row.get("status"),

@@ -49,7 +49,7 @@ from markdown_it import MarkdownIt
 from appliance.cli import main
 from appliance.contracts import (Extraction, GapQuestions, Plan, PlanNode, ReportDraft, SearchQueries,
                                  ShortAnswer)
-from appliance.pipeline.quotes import quotable_sentences
+from appliance.pipeline.anchor import quotable_sentences
 from appliance.pipeline.parts import Models
 from conftest import REPO, TEST_MODEL_ENV, loopback_overrides, make_settings
 

@@ -241,7 +241,7 @@ PASSAGE = ('Lake Orta is a small lake in the north of Italy. The island of San G
 
 @pytest.mark.slow
 def test_forced_text_is_fast_forwarded_and_output_repeats_exactly(llm_engine):
-    from appliance.pipeline.quotes import quotable_sentences
+    from appliance.pipeline.anchor import quotable_sentences
 
     schema = quoting_extraction(2, quotable_sentences(PASSAGE))
     messages = [{"role": "system", "content": "Extract claims as JSON. Each quote is one sentence of the text."},

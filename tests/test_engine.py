@@ -160,7 +160,7 @@ def test_sentence_quotes_are_verbatim_with_the_real_model(llm_engine):
     quotes are each one of them, and the quote check finds every one in the text."""
     from appliance.contracts import quoting_extraction
     from appliance.pipeline import prompts
-    from appliance.pipeline.quotes import find_quote, quotable_sentences
+    from appliance.pipeline.anchor import find_quote, quotable_sentences
 
     sentences = quotable_sentences(PASSAGE)
     assert len(sentences) == 4

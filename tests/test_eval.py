@@ -162,6 +162,29 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
     assert again_run.exit_code == 0, again_run.output
     assert len((out / "results.jsonl").read_text().splitlines()) == 8
 
+    # A check switched off: its own folder and rows (the calls replay from the cache).
+    monkeypatch.setenv("APPLIANCE_OUTPUT_REPORTS_DIR", str(tmp_path / "reports"))
+    without = CliRunner().invoke(main, ["eval", str(small_dataset), "--profile", "quick", "--limit", "1",
+                                        "--mode", "closed-book", "--without", "answer-form"])
+    assert without.exit_code == 0, without.output
+    [folder] = (tmp_path / "reports").glob("eval-mini-quick-without-answer-form")
+    [row] = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    assert row["without"] == ["answer-form"] and row["cache_hits"] == 1 and row["model_calls"] == 0
+    unknown = CliRunner().invoke(main, ["eval", str(small_dataset), "--without", "answer-shape"])
+    assert unknown.exit_code != 0 and "unknown check 'answer-shape'" in unknown.output
+
+    # Ablation: all checks on, then one off; what the check did not change replays.
+    ablated = CliRunner().invoke(main, ["ablate", str(small_dataset), "--limit", "1", "--profile", "quick",
+                                        "--check", "answer-part", "--out", str(tmp_path / "ablate")])
+    assert ablated.exit_code == 0, ablated.output
+    table = (tmp_path / "ablate" / "mini" / "ablation.md").read_text()
+    assert "| all on |" in table and "| answer-part |" in table and table in ablated.stdout
+    for label in ("all-on", "answer-part"):
+        rows = [json.loads(line) for line in (tmp_path / "ablate" / "mini" / label / "results.jsonl").read_text().splitlines()]
+        assert sorted(r["mode"] for r in rows) == ["pipeline", "rag"]
+        # What no check changes replays: all on is the eval above, and rag's prompt is the same.
+        assert all(r["model_calls"] == 0 for r in rows if label == "all-on" or r["mode"] == "rag"), rows
+
 
 # ------------------------------------------------------------------ eval through SearXNG
 

@@ -184,8 +184,9 @@ UNREADABLE_CORPORA = {
     "one JSON array": ({"array.jsonl": json.dumps([{"text": "a passage"}, {"text": "another"}])},
                        ["array.jsonl:1: a JSON array", "one record per line"]),
     "empty text file": ({"empty.txt": ""}, ["empty.txt: no text"]),
-    "unsupported files only": ({"data.csv": "a,b\n1,2\n", "notes.docx": "PK"},
-                               ["2 skipped", "unsupported file type"]),
+    "unsupported or damaged files only": ({"drawing.dwg": "AC1032", "notes.docx": "PK"},
+                                          ["2 skipped", "drawing.dwg: unsupported file type",
+                                           "notes.docx: not a DOCX"]),
 }
 
 

@@ -13,7 +13,9 @@ from appliance.contracts import (Extraction, NodeState, GapQuestions, Hit, Impor
                                  ReportDraft, SearchQueries, ShortAnswer, VoteRecord, VoteVerdict)
 from appliance.embed import get_embedder
 from appliance.pipeline.plan import check_plan, plan_faults, plan_research, topo_order
-from appliance.pipeline.quotes import quotable_sentences
+from appliance.pipeline.anchor import quotable_sentences
+from appliance.pipeline import forms
+from appliance.pipeline.checks import Firings, Switches
 from appliance.pipeline.parts import Models
 from appliance.pipeline.run import research
 from appliance.questions import clean_question, slugify
@@ -979,7 +981,8 @@ def test_a_page_title_names_the_subject_its_sentences_call_he():
     pages = {"u1": ("Bastien und Bastienne", "Although he was very young, Mozart already had excellent vocal writing skills."),
              "u2": ("Bastien Bouillon", "Bastien Bouillon is a French actor."),
              "u3": ("Die Zauberflote", "The libretto was written by Emanuel Schikaneder in 1791.")}
-    run = SimpleNamespace(settings=load_settings(env={}))
+    settings = load_settings(env={})
+    run = SimpleNamespace(settings=settings, checks=Firings(Switches.of(settings)))
     claims = [Claim(id=f"q1-s{i}-c1", node_id="q1", text=x, quote=x, source_url=u, source_title=t,
                     importance=Importance.central, source_quality=SourceQuality.primary)
               for i, (u, (t, x)) in enumerate(pages.items(), start=1)]
@@ -1119,7 +1122,7 @@ def test_a_direct_answer_not_resting_on_the_claims_is_dropped(given, flow_settin
     ("Hall, first president of the association", "Hall, first president of the association"),
 ])
 def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
-    from appliance.pipeline.quotes import short_answer_or_empty
+    from appliance.pipeline.forms import short_answer_or_empty
 
     question = "Who was the first president of the association which published the Journal, the Seine's?"
     evidence = ("G. Stanley Hall was the first president of the association which published the Journal. "
@@ -1142,9 +1145,9 @@ def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
 ])
 def test_the_asked_form_decides_the_prompt_and_what_answers(question, form):
     from appliance.pipeline import prompts
-    from appliance.pipeline.quotes import short_answer_or_empty
+    from appliance.pipeline.forms import short_answer_or_empty
 
-    assert prompts.asked_form(question) == form
+    assert forms.asked_form(question) == form
     system = prompts.short_answer(question, "evidence", "2026-01-01")[0]["content"]
     assert ("date or year" in system) is (form == "date") and ("the number" in system) is (form == "number")
     evidence = "Hong Kong was taken in 1842 and 5.1 percent of it in March; Sonora lies south."
@@ -1170,7 +1173,7 @@ def test_a_question_asking_for_a_country_gets_a_country(question, kind):
     evidence named ("London", "Arkansas"): the prompt names the kind asked for."""
     from appliance.pipeline import prompts
 
-    assert prompts.asked_kind(question) == kind
+    assert forms.asked_kind(question) == kind
     system = prompts.short_answer(question, "evidence", "2026-01-01")[0]["content"]
     assert (f"name of the {kind} the question asks for" in system) is bool(kind)
 
@@ -1202,7 +1205,7 @@ def test_yes_does_not_answer_a_where_question(flow_settings, tmp_path):
 ])
 def test_the_short_answer_prompt_asks_for_the_form_the_question_needs(question, yes_no):
     from appliance.pipeline import prompts
-    from appliance.pipeline.quotes import short_answer_or_empty
+    from appliance.pipeline.forms import short_answer_or_empty
 
     system = prompts.short_answer(question, "evidence", "2026-01-01")[0]["content"]
     assert ("yes or no only" in system) is yes_no
@@ -1301,7 +1304,7 @@ def test_a_node_answer_reads_the_sentences_around_its_quotes_each_once():
     answer reads both, per source in order, overlapping stretches once, within its budget."""
     from appliance.contracts import Claim, Importance, SourceQuality
     from appliance.pipeline.gather import node_evidence
-    from appliance.pipeline.quotes import passage_around
+    from appliance.pipeline.anchor import passage_around
 
     text = ("The formal study of adolescent psychology began with G. Stanley Hall's Adolescence in 1904. "
             "Hall, who was the first president of the American Psychological Association, viewed it as turmoil. "

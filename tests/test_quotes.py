@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from appliance.pipeline.quotes import find_quote
+from appliance.pipeline.anchor import find_quote
 
 SOURCE = ("The Journal of Psychotherapy Integration is a peer-reviewed academic journal published by the "
           "American Psychological Association. Hall, who was the first president of the American "
@@ -30,12 +30,12 @@ def test_tokenised_punctuation_matches_plain_punctuation():
 def test_a_quote_ending_in_a_tex_quote_keeps_both_of_its_characters():
     """The sentence ends in `` ''. ``: the span ends with the whole '' (the eval's faithfulness
     check, which folds '' into one character, found "... growth '" nowhere in the source)."""
-    from appliance.pipeline.quotes import _normalise
+    from appliance.pipeline.anchor import normalise
 
     span = find_quote("Person - centered therapy seeks a client's self - actualizing tendency, "
                       "``an inbuilt proclivity toward growth ''.", SOURCE)
     assert span is not None and span.endswith("growth ''") and span in SOURCE
-    assert _normalise(span)[0] in _normalise(SOURCE)[0]
+    assert normalise(span)[0] in normalise(SOURCE)[0]
     assert find_quote("``an inbuilt proclivity toward growth", SOURCE).startswith("``an inbuilt")
 
 
@@ -67,7 +67,7 @@ def test_any_found_quote_is_a_substring_of_the_source(text, start, length):
 
 # ------------------------------------------------------------------ sentences the grammar admits
 
-from appliance.pipeline.quotes import MAX_SENTENCE_CHARS, MIN_SENTENCE_CHARS, quotable_sentences  # noqa: E402
+from appliance.pipeline.anchor import MAX_SENTENCE_CHARS, MIN_SENTENCE_CHARS, quotable_sentences  # noqa: E402
 
 
 def test_quotable_sentences_split_fold_and_skip_fragments():
@@ -102,7 +102,7 @@ def test_every_quotable_sentence_is_found_verbatim(text):
         assert span is not None and span in text, sentence
 
 
-from appliance.pipeline.quotes import grounded  # noqa: E402
+from appliance.pipeline.text import grounded  # noqa: E402
 
 
 def test_a_claim_is_grounded_when_its_words_are_in_its_quote():
@@ -117,7 +117,7 @@ def test_a_claim_is_grounded_when_its_words_are_in_its_quote():
     assert not grounded("The Norwegian writer Ibsen, famous for dramas, created Brand.", quote)
 
 
-from appliance.pipeline.quotes import names, off_subject  # noqa: E402
+from appliance.pipeline.names import names, off_subject  # noqa: E402
 
 
 def test_names_skip_sentence_openers_months_and_give_acronyms():
@@ -175,7 +175,7 @@ def test_a_shared_given_name_with_another_last_name_is_another_person():
     assert not off_subject("Hampshire Regiment was raised in 1881.", "Which county borders Hampshire County?")
 
 
-from appliance.pipeline.quotes import names_unsupported  # noqa: E402
+from appliance.pipeline.names import names_unsupported  # noqa: E402
 
 
 def test_a_claim_naming_what_its_quote_never_names_is_unsupported():
@@ -207,7 +207,7 @@ def test_a_sentence_answer_is_cut_to_the_part_that_answers(answer, question, par
     direct answer is what follows "is" (when the words before it are mostly the question's),
     or for a When question its one date. Two dates, or a subject that is not the question's,
     leave the sentence as it is."""
-    from appliance.pipeline.quotes import answer_part, short_answer_or_empty
+    from appliance.pipeline.forms import answer_part, short_answer_or_empty
 
     assert answer_part(answer, question) == part
     assert short_answer_or_empty(answer, answer, question) == part

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from appliance.pipeline.quotes import quotable_sentences
+from appliance.pipeline.anchor import quotable_sentences
 from appliance.sources.ingest import chunk_text
 from appliance.sources.sentences import split_sentences
 

@@ -42,7 +42,7 @@ def test_corpus_commands(run, tmp_path, monkeypatch):
     doc.write_text("# Basalt\n\nColumnar basalt forms hexagonal prisms as lava cools.\n", encoding="utf-8")
     added = run("corpus", "add", str(doc), "--name", "notes")
     assert added.exit_code == 0, added.output
-    assert "corpus notes: 1 files, 1 documents (1 added" in added.stdout
+    assert "corpus notes: 1 files (1 added, 0 updated, 0 unchanged, 0 removed); 1 documents (1 added" in added.stdout
     assert json.loads(run("corpus", "list", "--json").stdout) == ["notes"]
     stats = json.loads(run("corpus", "stats", "notes", "--json").stdout)
     assert stats["documents"] == 1 and stats["fts_indexed"]

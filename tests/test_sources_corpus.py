@@ -41,7 +41,7 @@ def fixture_docs(tmp_path):
     lines = [json.dumps(r) for r in records]
     lines.insert(2, "{not json")
     (root / "rocks.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (root / "table.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+    (root / "drawing.dwg").write_bytes(b"AC1032")
     (root / ".hidden.md").write_text("# hidden\n\nnever read", encoding="utf-8")
     return root
 
@@ -54,7 +54,7 @@ def test_ingest_search_get_and_readd(sources_settings, fixture_docs):
     assert report.chunks_added >= 7  # the markdown file is longer than one chunk
     assert any("not valid JSON" in s for s in report.skipped)
     assert any('no "text"' in s for s in report.skipped)
-    assert any("table.csv" in s and "unsupported" in s for s in report.skipped)
+    assert any("drawing.dwg" in s and "unsupported" in s for s in report.skipped)
     assert not any("hidden" in s for s in report.skipped)
 
     hits = corpus.search("volcanic glass that forms when lava cools quickly", 3)

@@ -71,7 +71,7 @@ def main(ctx: click.Context, config_file: str | None) -> None:
 
 def _register() -> None:
     """Add each subject's commands: a module lists them in COMMANDS."""
-    for name in ("models", "doctor", "sources", "research", "batch", "evaluate", "serve"):
+    for name in ("models", "doctor", "sources", "research", "batch", "evaluate", "serve", "export", "checks"):
         module = importlib.import_module(f"{__name__}.{name}")
         for command in module.COMMANDS:
             main.add_command(command)

@@ -28,7 +28,11 @@ from .research import run_settings
                    "(`appliance corpus serve` + config/searxng/corpus.yml; eval does not start them).")
 @click.option("--searxng-url", default=None, metavar="URL",
               help="SearXNG to search with --backend searxng (default: searxng.url).")
-def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url):
+@click.option("--without", "without", multiple=True, metavar="CHECK",
+              help="Switch this check off in every mode (repeat for several; `appliance checks` lists them). "
+                   "The answers go to a folder of their own; calls whose prompts did not change replay.")
+def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url,
+             without):
     """Answer DATASET_DIR's questions in each mode and score them.
 
     DATASET_DIR holds corpus.jsonl and questions.jsonl (see ../shared/bench/musique-dev).
@@ -51,11 +55,15 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     dataset = load_dataset(dataset_dir, limit)
     corpus = corpus_name_for(dataset)
     settings = run_settings(profile, backend, corpus, searxng_url, model_name, no_cache)
+    if without:
+        settings = settings.with_overrides(
+            {"checks.disabled": sorted(set(settings.checks.disabled) | set(without))}, origin="--without")
     click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
     Corpus(settings, corpus).add([dataset.corpus_path])
     modes = list(modes) or list(MODES)
     # Results resume by question, mode, profile and model: another backend needs its own folder.
-    suffix = "-searxng" if backend == "searxng" else ""
+    suffix = ("-searxng" if backend == "searxng" else "") + (
+        "-without-" + "+".join(sorted(settings.checks.disabled)) if settings.checks.disabled else "")
     out = Path(out_dir or Path(settings.output.reports_dir) / f"eval-{dataset.name}-{settings.pipeline.profile}{suffix}")
     out.mkdir(parents=True, exist_ok=True)
     models, search, fetcher, embedder = open_run_parts(settings)
@@ -84,4 +92,46 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     click.echo(f"wrote {out / 'eval.md'}, {out / 'results.jsonl'}, {out / 'eval.png'}", err=True)
 
 
-COMMANDS = [evaluate]
+@click.command(name="ablate")
+@click.argument("dataset_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
+@click.option("--check", "check_ids", multiple=True, metavar="CHECK",
+              help="Switch off only these checks, one at a time (repeat; default: every switchable one).")
+@click.option("--profile", type=click.Choice(PROFILES), default=None, help="Profile of the pipeline.")
+@click.option("--model", "model_name", default=None, help="Manifest model to use for every role.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default: reports/ablate-<profile>).")
+def ablate(dataset_dirs, limit, check_ids, profile, model_name, out_dir):
+    """Answer each dataset with every check on, then with each check off in turn.
+
+    Prints, per dataset and check, F1 and its paired difference against all checks on (and
+    against one retrieval call), supporting-passage recall, seconds and model calls per
+    question; writes ablation.md. Rerunning resumes, and a call whose prompt the check did
+    not change replays from the cache.
+    """
+    from ..evaluation.ablation import ablate as run_ablation, render
+    from ..evaluation.runner import corpus_name_for, load_dataset
+    from ..pipeline.parts import open_run_parts
+    from ..sources.corpus import Corpus
+
+    datasets = [load_dataset(folder, limit) for folder in dataset_dirs]
+    report: list[str] = []
+    for dataset in datasets:
+        corpus = corpus_name_for(dataset)
+        settings = run_settings(profile, "corpus", corpus, None, model_name, False)
+        click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
+        Corpus(settings, corpus).add([dataset.corpus_path])
+        out = Path(out_dir or Path(settings.output.reports_dir) / f"ablate-{settings.pipeline.profile}") / dataset.name
+        out.mkdir(parents=True, exist_ok=True)
+        models, search, fetcher, embedder = open_run_parts(settings)
+        with fetcher:
+            rows = run_ablation(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
+                                backend=search, checks=list(check_ids) or None,
+                                log=lambda s: click.echo(s, err=True))
+        report.append(render(rows, f"{dataset.name}, {len(dataset.questions)} questions, "
+                                   f"profile {settings.pipeline.profile}, model {models.label()}"))
+        (out / "ablation.md").write_text(report[-1], encoding="utf-8")
+        click.echo(report[-1])
+
+
+COMMANDS = [evaluate, ablate]

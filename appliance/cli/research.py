@@ -7,6 +7,7 @@ import json
 import click
 
 from ..contracts import BACKENDS, PROFILES, RunStatus
+from ..export import FORMATS as EXPORT_FORMATS
 from .common import app
 
 PROFILE = click.Choice(PROFILES)
@@ -56,8 +57,10 @@ def run_settings(profile, backend, corpus_name, searxng_url, model_name, no_cach
               help="Print the whole report as JSON on stdout instead of the report's path.")
 @click.option("--progress/--no-progress", default=None,
               help="Live table of sub-questions on stderr (default: only when stderr is a terminal).")
+@click.option("--export", "exports", type=click.Choice(EXPORT_FORMATS), multiple=True,
+              help="Also write the report in this format beside it (html, pdf, bibtex, ris, csl-json); repeatable.")
 def research(question, profile, backend, corpus_name, searxng_url, model_name, no_cache,
-             out_dir, as_json, progress):
+             out_dir, as_json, progress, exports):
     """Research QUESTION and write a cited, fact-checked report.
 
     Writes reports/<date>-<slug>.md and .json and prints the markdown path. Rerunning the same
@@ -70,6 +73,10 @@ def research(question, profile, backend, corpus_name, searxng_url, model_name, n
     from ..progress import live_progress
 
     question = clean_question(question)
+    if "pdf" in exports:
+        # Before the run, not after it: a missing renderer must not cost a whole research.
+        from ..export import pdf_engine
+        pdf_engine()
     settings = run_settings(profile, backend, corpus_name, searxng_url, model_name, no_cache)
     models, search_backend, fetcher, embedder = open_run_parts(settings)
     with fetcher, live_progress(question, progress) as prog:
@@ -79,6 +86,10 @@ def research(question, profile, backend, corpus_name, searxng_url, model_name, n
         click.echo(json.dumps(result.report, ensure_ascii=False, indent=2))
     else:
         click.echo(str(result.markdown_path))
+    if exports:
+        from ..export import export_report
+        for fmt in dict.fromkeys(exports):
+            click.echo(f"exported {fmt}: {export_report(result.json_path, fmt)}", err=True)
     if result.exit_code:
         # The report is written (its path or JSON is on stdout) and records why the run failed;
         # a script or Makefile must still see the failure.

@@ -86,22 +86,29 @@ def corpus():
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--name", default="default", show_default=True, help="Corpus to add to (created if new).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the report as JSON.")
-def corpus_add(paths, name, as_json):
-    """Add files and folders (.html/.htm, .md, .txt, .jsonl) to a corpus.
+@click.option("--prune", is_flag=True, default=False,
+              help="Also remove the passages of files that are gone from the given folders.")
+def corpus_add(paths, name, as_json, prune):
+    """Add files and folders to a corpus: .html/.htm, .md, .txt, .jsonl, .pdf, .docx, .pptx,
+    .xlsx, .csv/.tsv, .epub, .eml, .mbox, .odt and .rtf.
 
-    Folders are read recursively. JSON-lines records are {id?, title, text, url?}; a record's
-    id becomes its passage URL corpus://NAME/ID. Unchanged documents are skipped, changed
-    ones replaced, so adding the same folder again is cheap. What cannot be read is listed
-    with its reason; when nothing at all can be read, the command fails (exit 2) saying why.
+    Folders are read recursively. A PDF page, a slide, a block of spreadsheet rows, an e-book
+    chapter and an e-mail message are each a passage of their own, cited by that place
+    ("report.pdf, p. 17"). JSON-lines records are {id?, title, text, url?}; a record's id
+    becomes its passage URL corpus://NAME/ID. A file whose content is unchanged is not read
+    again, a changed one has its passages replaced, so adding the same folder again is cheap.
+    What cannot be read is listed with its reason; when nothing at all can be read, the command
+    fails (exit 2) saying why.
     """
     from ..errors import UsageError
     from ..sources.corpus import Corpus
 
     settings = app().settings()
-    report = Corpus(settings, name).add(list(paths), progress=_log)
-    if report.documents == 0:
+    report = Corpus(settings, name).add(list(paths), progress=_log, prune=prune)
+    if report.documents == 0 and not (report.files_unchanged or report.files_updated or report.files_removed):
         raise UsageError(f"nothing added to corpus {name!r}: {_why_nothing(report.skipped)}",
-                         hint='corpus add reads .html/.htm, .md, .txt, and .jsonl with one record a line, '
+                         hint='corpus add reads documents (.pdf, .docx, .pptx, .xlsx, .csv, .epub, .eml, .mbox, '
+                              '.odt, .rtf), .html/.htm, .md, .txt, and .jsonl with one record a line, '
                               '{"text": ..., "title"?, "id"?, "url"?}')
     for line in report.skipped[:_SHOW_SKIPPED]:
         _log(f"skipped: {line}")
@@ -110,9 +117,25 @@ def corpus_add(paths, name, as_json):
     if as_json:
         _echo_json(report.as_dict())
         return
-    click.echo(f"corpus {name}: {report.files} files, {report.documents} documents "
-               f"({report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
-               f"{len(report.skipped)} skipped), {report.chunks_added} chunks indexed in {report.seconds:.1f} s")
+    click.echo(f"corpus {name}: {report.files} files ({report.files_added} added, {report.files_updated} updated, "
+               f"{report.files_unchanged} unchanged, {report.files_removed} removed); "
+               f"{report.added + report.updated + report.unchanged} documents ({report.added} added, "
+               f"{report.updated} updated, {report.unchanged} unchanged); {_skip_summary(report.skipped)}; "
+               f"{report.chunks_added} chunks indexed in {report.seconds:.1f} s")
+
+
+def _skip_summary(skipped: list[str], shown: int = 3) -> str:
+    """``N skipped`` with the commonest reasons: ``3 skipped (2 empty file, 1 not a DOCX)``."""
+    if not skipped:
+        return "0 skipped"
+    kinds: dict[str, int] = {}
+    for line in skipped:
+        kind = line.split(": ", 1)[-1].split(" (", 1)[0].strip()
+        kinds[kind] = kinds.get(kind, 0) + 1
+    common = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    listed = ", ".join(f"{count} {kind}" for kind, count in common[:shown])
+    more = f", {sum(c for _, c in common[shown:])} other" if len(common) > shown else ""
+    return f"{len(skipped)} skipped ({listed}{more})"
 
 
 def _why_nothing(skipped: list[str], shown: int = 3) -> str:

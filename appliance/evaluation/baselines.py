@@ -7,7 +7,7 @@
   over every passage found.
 - ``closed-book``: the short-answer call alone, from the model's memory.
 
-Every answer goes through ``quotes.short_answer_or_empty``, the checks the pipeline's own
+Every answer goes through ``forms.short_answer_or_empty``, the checks the pipeline's own
 direct answer passes (the asked form, no restating of the question, no "unknown", yes or no
 only for a yes/no question, the part of a sentence that answers; and, where passages were
 read, resting on them), so all modes are scored on one set of terms. The raw model answer is
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from ..contracts import IterativeStep, ShortAnswer, Source
 from ..errors import ModelOutputError
 from ..pipeline import prompts
-from ..pipeline.quotes import short_answer_or_empty
+from ..pipeline.checks import ALL_ON, Switches
+from ..pipeline.forms import short_answer_or_empty
 
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
@@ -45,11 +46,12 @@ def passages_text(sources: list[Source]) -> str:
                        for i, s in enumerate(sources, start=1))
 
 
-def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float) -> tuple[str, str]:
+def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float,
+            switches: Switches) -> tuple[str, str]:
     messages = prompts.short_answer(question, evidence, _today())
     out = writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
                             temperature=temperature)
-    return short_answer_or_empty(out.answer, evidence, question), out.answer
+    return short_answer_or_empty(out.answer, evidence, question, switches), out.answer
 
 
 def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:
@@ -60,16 +62,17 @@ def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:
     return [s for s in fetcher.fetch_many(urls) if s.ok] if urls else []
 
 
-def rag(question: str, *, writer, backend, fetcher, temperature: float) -> BaselineAnswer:
+def rag(question: str, *, writer, backend, fetcher, temperature: float,
+        switches: Switches = ALL_ON) -> BaselineAnswer:
     """One retrieval of the question's top passages and one short-answer call."""
     hits = backend.search(question, RAG_PASSAGES)
     sources = [s for s in fetcher.fetch_many([h.url for h in hits]) if s.ok]
-    answer, raw = _answer(writer, question, passages_text(sources), "rag-answer", temperature)
+    answer, raw = _answer(writer, question, passages_text(sources), "rag-answer", temperature, switches)
     return BaselineAnswer(answer, raw, [h.url for h in hits], [question])
 
 
 def iterative(question: str, *, writer, backend, fetcher, temperature: float,
-              rounds: int = ITERATIVE_ROUNDS) -> BaselineAnswer:
+              rounds: int = ITERATIVE_ROUNDS, switches: Switches = ALL_ON) -> BaselineAnswer:
     """Search, read, and search again with what was read, up to ``rounds`` searches; then the
     short answer from every passage found. A step that fails to give valid output ends the
     searching (the answer is still read from what was found); a search repeated is not run."""
@@ -91,13 +94,13 @@ def iterative(question: str, *, writer, backend, fetcher, temperature: float,
         query = " ".join(step.next_search.split())
         if not query or query.lower() in (s.lower() for s in searches):
             break
-    answer, raw = _answer(writer, question, passages_text(sources), "iterative-answer", temperature)
+    answer, raw = _answer(writer, question, passages_text(sources), "iterative-answer", temperature, switches)
     return BaselineAnswer(answer, raw, seen, searches)
 
 
-def closed_book(question: str, *, writer, temperature: float) -> BaselineAnswer:
+def closed_book(question: str, *, writer, temperature: float, switches: Switches = ALL_ON) -> BaselineAnswer:
     """The model alone: no passages (the answer's form is checked, not its grounding)."""
-    answer, raw = _answer(writer, question, None, "closed-book-answer", temperature)
+    answer, raw = _answer(writer, question, None, "closed-book-answer", temperature, switches)
     return BaselineAnswer(answer, raw)
 
 

@@ -31,7 +31,7 @@ def folder_rows(results_path: Path, question_ids: list[str]) -> list[dict]:
             try:
                 row = json.loads(line)
                 key = (row["id"], row["mode"], row.get("model", ""),
-                       row.get("profile", "") if row["mode"] == "pipeline" else "")
+                       row.get("profile", "") if row["mode"] == "pipeline" else "", _without(row))
             except (ValueError, KeyError, TypeError):
                 continue
             if row["id"] in wanted:
@@ -51,13 +51,20 @@ def columns(rows: list[dict]) -> dict[str, list[dict]]:
     for row in rows:
         profile = row.get("profile", "") if row["mode"] == "pipeline" and len(profiles) > 1 else ""
         model = row.get("model", "") if len(models) > 1 else ""
-        grouped.setdefault((row["mode"], profile, model), []).append(row)
+        grouped.setdefault((row["mode"], profile, model, _without(row)), []).append(row)
     order = {mode: i for i, mode in enumerate(MODES)}
     out: dict[str, list[dict]] = {}
-    for mode, profile, model in sorted(grouped, key=lambda k: (order.get(k[0], len(order)), k[1], k[2])):
-        label = mode + (f" {profile}" if profile else "") + (f" ({model})" if model else "")
-        out[label] = grouped[(mode, profile, model)]
+    for key in sorted(grouped, key=lambda k: (order.get(k[0], len(order)), k[1], k[2], k[3])):
+        mode, profile, model, without = key
+        label = (mode + (f" {profile}" if profile else "") + (f" ({model})" if model else "")
+                 + (f" without {without}" if without else ""))
+        out[label] = grouped[key]
     return out
+
+
+def _without(row: dict) -> str:
+    """The checks a row's answer was given without (``eval --without``), "+"-joined."""
+    return "+".join(sorted(row.get("without") or []))
 
 
 def summarize_columns(grouped: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
@@ -94,24 +101,20 @@ def paired_lines(grouped: dict[str, list[dict]], metric: str = "f1") -> str:
     """The pipeline against each other column on the same questions: the mean paired
     difference of ``metric`` with its 95% bootstrap interval, and wins / losses / ties. The
     columns' own intervals overlap far more than a paired difference's does."""
+    from .ablation import paired
+
     pipelines = [label for label in grouped if label.startswith("pipeline")]
     lines: list[str] = []
     for mine in pipelines:
-        own = {r["id"]: r.get(metric) for r in grouped[mine]}
         for other, rows in grouped.items():
             if other.startswith("pipeline"):
                 continue
-            pairs = [(float(own[r["id"]] or 0.0), float(r[metric])) for r in rows
-                     if own.get(r["id"]) is not None and r.get(metric) is not None]
-            if not pairs:
+            result = paired(grouped[mine], rows, metric)
+            if result is None:
                 continue
-            diffs = [a - b for a, b in pairs]
-            summary = scoring.summarize(list[float | None](diffs))
-            lo, hi = summary["ci"]
-            wins = sum(1 for d in diffs if d > 0)
-            losses = sum(1 for d in diffs if d < 0)
-            lines.append(f"| {mine} - {other} | {summary['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-                         f"{wins} / {losses} / {len(diffs) - wins - losses} |")
+            lo, hi = result["ci"]
+            lines.append(f"| {mine} - {other} | {result['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+                         f"{result['wins']} / {result['losses']} / {result['ties']} |")
     if not lines:
         return ""
     return "\n".join(["", f"Paired on the same questions ({metric}):", "",

@@ -20,7 +20,8 @@ from typing import Any, Callable
 from ..config import Settings
 from ..contracts import EVAL_MODES
 from ..errors import ModelOutputError, UsageError
-from ..pipeline.quotes import _normalise
+from ..pipeline.anchor import normalise
+from ..pipeline.checks import Switches
 from ..sources.serve import passage_id_from_url
 from . import baselines, scoring
 from .baselines import BaselineAnswer
@@ -87,10 +88,10 @@ def quote_faithfulness(report: dict, fetch_text: Callable[[str], str]) -> tuple[
     """(quotes found verbatim after normalisation in their cited source, quotes in all)."""
     found = total = 0
     for source in report.get("sources", []):
-        text = _normalise(fetch_text(source["url"]))[0]
+        text = normalise(fetch_text(source["url"]))[0]
         for quote in source.get("quotes", []):
             total += 1
-            found += int(bool(quote.strip()) and _normalise(quote)[0] in text)
+            found += int(bool(quote.strip()) and normalise(quote)[0] in text)
     return found, total
 
 
@@ -112,8 +113,13 @@ class EvalRun:
         if force and self.results_path.exists():
             self.results_path.unlink()
 
-    def _key(self, qid: str, mode: str) -> str:
-        return f"{qid}\0{mode}\0{self.settings.pipeline.profile}\0{self.models.label()}"
+    def _key(self, qid: str, mode: str, row: dict | None = None) -> str:
+        """What an answer is resumed by: question, mode, profile, model and the checks switched
+        off (a row's own, when ``row`` is given)."""
+        profile = row.get("profile", "") if row else self.settings.pipeline.profile
+        model = row.get("model", "") if row else self.models.label()
+        without = "+".join(sorted(row.get("without") or [] if row else self.settings.checks.disabled))
+        return f"{qid}\0{mode}\0{profile}\0{model}\0{without}"
 
     def _load_done(self) -> dict[str, dict]:
         done: dict[str, dict] = {}
@@ -121,7 +127,7 @@ class EvalRun:
             for line in self.results_path.read_text(encoding="utf-8").splitlines():
                 try:
                     row = json.loads(line)
-                    done[self._key(row["id"], row["mode"])] = row
+                    done[self._key(row["id"], row["mode"], row)] = row
                 except (ValueError, KeyError):
                     continue  # a line cut by a kill is simply redone
         return done
@@ -165,7 +171,8 @@ class EvalRun:
         supporting = list(item.get("supporting_ids") or [])
         return {
             "id": item["id"], "mode": mode, "profile": self.settings.pipeline.profile,
-            "model": self.models.label(), "question": item["question"], "gold": item.get("answer", ""),
+            "model": self.models.label(), "without": sorted(self.settings.checks.disabled),
+            "question": item["question"], "gold": item.get("answer", ""),
             "prediction": answer, "raw_answer": raw, "searches": searches, "status": status,
             "em": scoring.exact_match(answer, golds), "f1": scoring.token_f1(answer, golds),
             "contains": scoring.contains_answer(answer, golds),
@@ -195,13 +202,14 @@ class EvalRun:
 
     def _baseline(self, item: dict, mode: str) -> BaselineAnswer:
         writer, temperature = self.models.writer, self.settings.llm.answer_temperature
+        switches = Switches.of(self.settings)
         if mode == "rag":
             return baselines.rag(item["question"], writer=writer, backend=self.backend, fetcher=self.fetcher,
-                                 temperature=temperature)
+                                 temperature=temperature, switches=switches)
         if mode == "iterative":
             return baselines.iterative(item["question"], writer=writer, backend=self.backend,
-                                       fetcher=self.fetcher, temperature=temperature)
-        return baselines.closed_book(item["question"], writer=writer, temperature=temperature)
+                                       fetcher=self.fetcher, temperature=temperature, switches=switches)
+        return baselines.closed_book(item["question"], writer=writer, temperature=temperature, switches=switches)
 
 
 METRICS = [("em", "exact match"), ("f1", "token F1"), ("contains", "answer contained"),

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..config import state_dir
 from ..contracts import IMPORTANCE_RANK, QUALITY_RANK, Claim, MergedClaim, QuoteRef, Verdict
 from ..errors import StateError
-from .quotes import same_sentence
+from .text import same_sentence
 
 CLAIMS_TABLE = "claims"
 # Fragments (one per write) after which a run's end compacts the table.

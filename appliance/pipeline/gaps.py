@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..contracts import GapQuestions, MergedClaim, NodeState, bounded
 from . import prompts
+from .forms import echoes_example
 from .gather import dedupe_text
 from .state import RunContext, ask
 
@@ -34,7 +35,8 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
     new: list[NodeState] = []
     for question in out.questions:
         question = " ".join(question.split())[:300]
-        if prompts.echoes_example(question, run.ctx.question, known, *gaps):
+        if run.checks.applies("example-echo", lambda: echoes_example(question, run.ctx.question, known, *gaps),
+                       on=f"gap question {question!r}"):
             continue
         if question and question.lower() not in asked and len(new) < limit:
             asked.add(question.lower())

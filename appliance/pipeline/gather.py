@@ -18,8 +18,10 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
                          ShortAnswer, Source, bounded, quoting_extraction)
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
-from .quotes import (find_quote, grounded, names_unsupported, off_subject, quotable_sentences,
-                     quote_context, short_answer_or_empty, source_passages)
+from .anchor import find_quote, quotable_sentences, quote_context, source_passages
+from .forms import checked_answer, compared, compared_query, echoes_example
+from .names import names_unsupported, off_subject
+from .text import grounded
 from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
@@ -176,21 +178,21 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
         turnstile.wait((node.id, iteration))
         try:
             admitted = _admit(run, hits, settings.question_sources if node.whole_question
-                              else settings.sources_per_node)
+                              else settings.compared_sources if node.compares else settings.sources_per_node)
             sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
             for hit, source in zip(admitted, sources):
                 if not source.title:
                     source.title = hit.title
             # In the turnstile, so which node may read a given-back page next is the same on
             # every run.
-            bearing = [_bears_on(run, node, focus, source) for source in sources]
+            bearing = [bears_on(run, node, focus, source) for source in sources]
         finally:
             turnstile.done((node.id, iteration))
         for source, bears in zip(sources, bearing):
             source_index += 1
             if bears:
                 node_claims.extend(_read_source(run, node, parent_text, source, source_index, focus))
-        if iteration + 1 >= iterations or node.whole_question:
+        if iteration + 1 >= iterations or node.reads_only:
             break
         queries = _reflect(run, node, node_claims, effort)
         if not queries:
@@ -203,7 +205,11 @@ def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], p
                    effort: int) -> list[str]:
     # With one query a node searches its own sub-question, its parents' answers added: no
     # model call is needed (hybrid search matches the names as they are). The question as
-    # asked is searched as it is, as one retrieval call would.
+    # asked is searched as it is, as one retrieval call would; a compared thing by its name
+    # and the question's own words.
+    if node.compares:
+        return [compared_query(node.compares, run.ctx.question,
+                               [c for c in compared(run.ctx.question) if c != node.compares])]
     if effort <= 1 or node.whole_question:
         return [query_with_answers(node, parents)]
     messages = prompts.queries(run.ctx, node.asked, parent_text, effort)
@@ -212,7 +218,8 @@ def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], p
     if out is None:
         return [query_with_answers(node, parents)]
     queries = [q for q in _clean_queries(out.queries)
-               if not prompts.echoes_example(q, node.asked, parent_text)][:effort]
+               if not run.checks.applies("example-echo", lambda: echoes_example(q, node.asked, parent_text),
+                                  on=f"query {q!r}", node=node.id)][:effort]
     return queries or [query_with_answers(node, parents)]
 
 
@@ -266,18 +273,18 @@ def _admit(run: RunContext, hits: list[Hit], cap: int) -> list[Hit]:
     return admitted
 
 
-def _bears_on(run: RunContext, node: NodeState, focus: str, source: Source) -> bool:
-    """False when no sentence of the text the extractor would read, alone or after the page's
+def bears_on(run: RunContext, node: NodeState, focus: str, source: Source) -> bool:
+    """Check page-gate: False when no sentence of the text the extractor would read, alone or after the page's
     title, comes near anything the run asks (``_nearness`` below ``relevance_threshold``): a
     claim quoting one would be tangential, so the page is not read (no extraction call). Its
     URL is given back to the run: a later node, knowing more (a parent's answer in its
     focus), may admit and read it."""
-    if not source.ok or not source.text.strip():
+    if not source.ok or not source.text.strip() or not run.checks.on("page-gate"):
         return True  # _read_source records the failure
     text = source.text[: run.settings.pipeline.source_chars]
     sentences = list(quotable_sentences(text)) or [text]
     # Each sentence also with the page's title before it: a page names its subject in the
-    # title and says "the river" after it ("Tikhaya Sosna River": "The river ... joins the Don").
+    # title and says "the river" after it ("Velka River": "The river ... joins the sea at Port Ardmore").
     nearest = _nearness(run, focus, sentences + [f"{source.title}: {s}" for s in sentences if source.title])
     if nearest is None or float(nearest.max()) >= run.settings.pipeline.relevance_threshold:
         return True
@@ -285,6 +292,7 @@ def _bears_on(run: RunContext, node: NodeState, focus: str, source: Source) -> b
     run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json"),
                                     "off_topic": True, "relevance": round(float(nearest.max()), 3)})
     run.stats.add(sources_off_topic=1)
+    run.checks.fired("page-gate", on=f"source {source.url}", node=node.id)
     return False
 
 
@@ -316,29 +324,43 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
         return []
     source.quality = extraction.source_quality
     run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
-    relevance = _relevance(run, focus, [(" ".join(c.claim.split()), c.quote) for c in extraction.claims])
+    relevance = (relevance_to(run, focus, [(" ".join(c.claim.split()), c.quote) for c in extraction.claims])
+                 if run.checks.on("claim-relevance") else None)
     accepted: list[Claim] = []
     for k, item in enumerate(extraction.claims[: settings.claims_per_source], start=1):
         run.stats.add(claims_extracted=1)
         span = find_quote(item.quote, source.text, settings.quote_similarity)
         claim_text = " ".join(item.claim.split())
-        record = {"node": node.id, "source_url": source.url, "claim": claim_text,
-                  "model_quote": item.quote, "accepted": span is not None,
-                  "importance": item.importance.value}
+        record: dict = {"node": node.id, "source_url": source.url, "claim": claim_text,
+                        "model_quote": item.quote, "accepted": span is not None,
+                        "importance": item.importance.value, "checks": []}
+        on = f"claim {node.id}-s{index}-c{k}"
         importance = item.importance
         if relevance is not None:
             record["relevance"] = round(float(relevance[k - 1]), 3)
             if relevance[k - 1] < settings.relevance_threshold and importance != Importance.tangential:
                 importance = Importance.tangential  # off the sub-question, whatever the label
                 record["off_topic"] = True
+                record["checks"].append("claim-relevance")
+                run.checks.fired("claim-relevance", on=on)
         around = f"{source.title}\n{quote_context(source.text, span)}" if span is not None else ""
-        if span is not None and (not grounded(claim_text, span) or names_unsupported(claim_text, around)):
+        if span is not None:
             # The model's wording does not rest on the sentence it quoted (an echo of the
             # prompt's example, a guess, the sub-question's subject put on another's fact):
             # the quoted sentence itself is the claim.
-            claim_text = " ".join(span.split())
-            record["claim_from_quote"] = claim_text
-            run.stats.add(claims_from_quote=1)
+            kept = claim_text
+            rewrite = next((check_id for check_id, decide in (
+                ("claim-ungrounded", lambda: not grounded(kept, span)),
+                ("claim-names-unsupported", lambda: names_unsupported(kept, around)))
+                if run.checks.applies(check_id, decide, on=on)), None)
+            if rewrite:
+                claim_text = " ".join(span.split())
+                record["claim_from_quote"] = claim_text
+                record["checks"].append(rewrite)
+                run.stats.add(claims_from_quote=1)
+        else:
+            record["checks"].append("quote-anchor")
+            run.checks.fired("quote-anchor", on=on)
         run.recorder.append("claims", record)
         if span is None:
             run.stats.add(quotes_rejected=1)
@@ -351,8 +373,8 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     return accepted
 
 
-def _relevance(run: RunContext, focus: str, pairs: list[tuple[str, str]]):
-    """For each (claim, quote), how near it is in meaning to what the run asks (see
+def relevance_to(run: RunContext, focus: str, pairs: list[tuple[str, str]]):
+    """Check claim-relevance decides on this: for each (claim, quote), how near it is in meaning to what the run asks (see
     ``_nearness``): the higher of the claim's and the quote's; None when the check is off."""
     sims = _nearness(run, focus, [t for pair in pairs for t in pair]) if pairs else None
     if sims is None:
@@ -383,10 +405,12 @@ def _reflect(run: RunContext, node: NodeState, claims: list[Claim], effort: int)
     if out is None:
         return []
     context = node.asked + " " + _claims_text(claims)
-    node.gaps.extend(g for g in out.gaps if g.strip() and not prompts.echoes_example(g, context))
+    node.gaps.extend(g for g in out.gaps if g.strip() and not run.checks.applies(
+        "example-echo", lambda: echoes_example(g, context), on=f"gap {g!r}", node=node.id))
     done = {q.lower() for q in node.queries}
     return [q for q in _clean_queries(out.queries)
-            if q.lower() not in done and not prompts.echoes_example(q, context)][:effort]
+            if q.lower() not in done and not run.checks.applies(
+                "example-echo", lambda: echoes_example(q, context), on=f"query {q!r}", node=node.id)][:effort]
 
 
 def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: str, focus: str) -> None:
@@ -399,7 +423,7 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     with run.sources_lock:
         texts = {url: s.text for url, s in run.sources.items() if s.ok}
     relevant = about(run, focus, [c for c in claims if c.importance != Importance.tangential], texts)
-    if node.whole_question:
+    if node.reads_only:
         # Its claims go to the run's answer with every other node's; a short answer of its own
         # would be one more call, read from fewer pages than the run's answer reads, and a
         # gap for the question itself is no new sub-question.
@@ -415,26 +439,31 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
               max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
               temperature=run.settings.llm.answer_temperature)
-    node.answer = short_answer_or_empty(out.answer, evidence, node.asked) if out else ""
+    node.answer = answer_checked(run, out.answer, evidence, node.asked, on=f"answer of {node.id}") if out else ""
     if not node.answer:
         node.gaps = dedupe_text(node.gaps + [node.asked])
 
 
 def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str]) -> list[Claim]:
-    """The claims about what ``focus`` names (see ``quotes.off_subject``: a claim, its quote or
-    the text around it names one of its names, or the claim names nothing); all of them when
-    the names check is off; ``texts``: the run's source texts by URL. "What country is
-    Nugegoda in?" read from a page on Nugegoda's suburb and one on Belgian colleges answered
-    "Belgium". When no claim is about it, none is read: "What is the name of the district in
-    which LaHave is located?", read from pages on Russian districts alone, answered
-    "Khankaysky District", and the run's answer took it up. The page's title counts
-    as text around the quote: a page names its subject in the title and says "he" after it
-    ("Mozart already had excellent vocal writing skills" on the page "Bastien und Bastienne")."""
+    """The claims about what ``focus`` names (check node-about, ``names.off_subject``: a claim, its
+    quote or the text around it names one of its names, or the claim names nothing); all of
+    them when the names check is off; ``texts``: the run's source texts by URL. A question on
+    the country of a town, read from a page on that town and one on another country's
+    colleges, must not answer with the other country; when no claim is about the town, none is
+    read. The page's title counts as text around the quote: a page names its subject in the
+    title and says "he" after it ("He already wrote for voices" on the page "Marta Olsen")."""
     if not run.settings.pipeline.name_check:
         return claims
-    kept = [c for c in claims if not off_subject(
+    return [c for c in claims if not run.checks.applies("node-about", lambda: off_subject(
         f"{c.text}\n{c.quote}", focus,
-        f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}")]
+        f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}"), on=f"claim {c.id}")]
+
+
+def answer_checked(run: RunContext, answer: str, evidence: str | None, question: str, on: str) -> str:
+    """``forms.checked_answer`` under the run's switches, each check that fired counted."""
+    kept, fired = checked_answer(answer, evidence, question, run.checks.switches)
+    for check_id in fired:
+        run.checks.fired(check_id, on=on, answer=" ".join(answer.split())[:200])
     return kept
 
 
@@ -445,11 +474,11 @@ NODE_EVIDENCE_CHARS = 3200
 def node_evidence(claims: list[Claim], texts: dict[str, str] | None = None, limit: int = 8,
                   total: int = NODE_EVIDENCE_CHARS) -> str:
     """What a node's answer reads: per source (in the order of its claims), the sentences its
-    claims quote with the text around them (``quotes.passage_around``), numbered, with the
+    claims quote with the text around them (``anchor.passage_around``), numbered, with the
     source's title; at most ``limit`` quotes and about ``total`` characters. The extractor
     often quotes the sentence that names the subject and not the next one, which answers
-    ("G. Stanley Hall's Adolescence ..." quoted, "Hall, who was the first president of the
-    American Psychological Association, ..." not): the answer reads both. A source whose text
+    ("Ida Brandt's Harbour Notes ..." quoted, "Brandt, who was the first chair of the
+    Velka Harbour Board, ..." not): the answer reads both. A source whose text
     is not at hand, or whose passage would pass ``total``, gives its quotes alone."""
     texts = texts or {}
     quotes: dict[str, list[str]] = {}

@@ -6,11 +6,16 @@ Every repair is recorded: a plan is never silently changed.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
 from ..contracts import CheckedPlan, NodeState, Plan, bounded
 from ..errors import ModelOutputError
 from ..llm import derive_seed
 from . import prompts
-from .quotes import GENERIC_NAMES, content_words, name_found, names, word_found
+from .checks import ALL_ON, Switches
+from .forms import echoes_example
+from .names import GENERIC_NAMES, name_found, names
+from .text import content_words, word_found
 
 _ID_RE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -29,12 +34,14 @@ def make_plan(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int,
 
 def plan_research(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int, min_queries: int,
                   max_queries: int, draws: int = 1, base_seed: int = 0,
-                  temperature: float | None = None) -> tuple[list[Plan], CheckedPlan]:
+                  temperature: float | None = None,
+                  switches: Switches = ALL_ON) -> tuple[list[Plan], CheckedPlan]:
     """Plan the question, checked and repaired; a plan with faults (``plan_faults``) is drawn
     again, up to ``draws`` plans in all, and the first without faults is kept. When none is
     fit, the question itself becomes the one sub-question: a search for the whole question
     beats a search for a guess. With one draw the plan stands whatever its faults (recorded),
-    unless nothing of it is usable. Every plan set aside is named in the repairs, with its faults.
+    unless nothing of it is usable. Every plan set aside is named in the repairs, with its faults,
+    each fault led by its check's id ("[plan-dropped-name] ..."). ``switches``: the checks on.
 
     Returns the plans drawn (raw, in order) and the checked plan. Raises ModelOutputError
     only when the first draw gives no plan at all.
@@ -50,8 +57,8 @@ def plan_research(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int, 
             set_aside.append(f"plan draw {draw + 1} gave no plan: {exc.message}")
             break
         drawn.append(plan)
-        checked = check_plan(plan, max_nodes, min_queries, max_queries, ctx.question)
-        faults = plan_faults(checked.nodes, ctx.question) if checked.nodes else ["no usable sub-question"]
+        checked = check_plan(plan, max_nodes, min_queries, max_queries, ctx.question, switches)
+        faults = plan_faults(checked.nodes, ctx.question, switches) if checked.nodes else ["no usable sub-question"]
         if not faults or (draws <= 1 and checked.nodes):
             # One draw allowed: the plan stands, its faults on record.
             checked.repairs = set_aside + checked.repairs + [f"plan kept with faults: {f}" for f in faults]
@@ -64,54 +71,85 @@ def plan_research(engine, ctx: prompts.Context, min_nodes: int, max_nodes: int, 
                               repairs=set_aside)
 
 
-def plan_faults(nodes: list[NodeState], question: str) -> list[str]:
-    """What makes a checked plan unfit to research ``question``, one line each (none: fit).
-
-    A small planner loses the question's thread in ways a search cannot recover from:
-    - a sub-question names something the question does not ("What is the capital of Hawaii?"
-      for a question about KAGH-FM): it researches a guess;
-    - a sub-question names nothing of the question, uses no earlier answer and depends on no
-      node ("What is the name of the book?"): nothing ties its findings to the question;
-    - a name of the question is in no sub-question ("Saving Private Ryan" dropped): that hop
-      is never searched;
-    - a sub-question asks only what or who something is ("Who is Corey Taylor?", "What is
-      Novair International Airways?" for where he was born, which company it is part of): its
-      answer is a description ("a musician and record label founder"), which no later hop can
-      search with;
-    - a sub-question that other nodes wait on is the whole question: the parts are asked after
-      the whole they were meant to answer. Only a copy with every content word counts: one word
-    short ("What book was named after ...?" for "Who wrote the book named after ...?") is a hop.
-    Word forms are forgiven as elsewhere ("Norwegian" for "Norway"); kinds of thing
-    ("County", "River") never count as names.
-    """
+def plan_faults(nodes: list[NodeState], question: str, switches: Switches = ALL_ON) -> list[str]:
+    """What makes a checked plan unfit to research ``question``, one line each, each led by
+    the id of the check that found it (none: fit). A small planner loses the question's
+    thread in ways a search cannot recover from; each plan check names one (see its function).
+    Word forms are forgiven as elsewhere ("Dutch" for "Netherlands"); kinds of thing ("County",
+    "River") never count as names."""
+    asked = _Asked.of(question)
     faults: list[str] = []
-    asked_names = {n for n in names(question, acronyms=False) if n not in GENERIC_NAMES}
-    asked_words = set(re.findall(r"\w+", question.lower())) | names(question, openers=True)
-    asked_content = content_words(question)
     waited_on = {dep for node in nodes for dep in node.depends_on}
     for node in nodes:
         text = node.question
-        own = names(_REFERENCE.sub(" ", text), acronyms=False)
-        invented = sorted(n for n in own if not name_found(n, asked_words) and n not in GENERIC_NAMES)
+        invented = invented_names(text, asked) if switches.on("plan-invented-name") else []
         if invented:
-            faults.append(f"{node.id} {text!r} names {', '.join(invented)}, which the question does not")
-        elif (asked_names and not _REFERENCE.search(text) and not node.depends_on
-              and not any(name_found(n, asked_names) for n in names(text, openers=True))):
-            faults.append(f"{node.id} {text!r} names nothing of the question and uses no earlier answer")
-        if _asks_definition(text) and not _asks_definition(question):
-            faults.append(f"{node.id} {text!r} asks only what it names is, not a fact of it")
-        if node.id in waited_on and asked_content:
-            said = content_words(text)
-            if all(word_found(w, said) for w in asked_content):
-                faults.append(f"{node.id} {text!r} is the whole question, yet other sub-questions wait on it")
-    # Covered also when a sub-question has the name as a plain word ("the Terminal" -> "terminal").
+            faults.append(f"[plan-invented-name] {node.id} {text!r} names {', '.join(invented)}, "
+                          "which the question does not")
+        elif switches.on("plan-unanchored") and unanchored(node, asked):
+            faults.append(f"[plan-unanchored] {node.id} {text!r} names nothing of the question and "
+                          "uses no earlier answer")
+        if switches.on("plan-definition") and asks_definition(text) and not asks_definition(question):
+            faults.append(f"[plan-definition] {node.id} {text!r} asks only what it names is, not a fact of it")
+        if switches.on("plan-whole-first") and node.id in waited_on and whole_question_first(text, asked):
+            faults.append(f"[plan-whole-first] {node.id} {text!r} is the whole question, yet other "
+                          "sub-questions wait on it")
+    dropped = dropped_names(nodes, asked) if switches.on("plan-dropped-name") else []
+    if dropped:
+        faults.append(f"[plan-dropped-name] no sub-question names {', '.join(dropped)}")
+    return faults
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the plan checks read of the question."""
+
+    names: set[str]      # its names, kinds of thing left out
+    words: set[str]      # every word of it, and its names with a sentence's first word
+    content: set[str]    # its content words
+
+    @classmethod
+    def of(cls, question: str) -> "_Asked":
+        return cls(names={n for n in names(question, acronyms=False) if n not in GENERIC_NAMES},
+                   words=set(re.findall(r"\w+", question.lower())) | names(question, openers=True),
+                   content=content_words(question))
+
+
+def invented_names(sub_question: str, asked: _Asked) -> list[str]:
+    """Check plan-invented-name: the names of a sub-question that the question does not have
+    ("What is the capital of Ruritania?" for a question about a radio station): it researches
+    a guess."""
+    own = names(_REFERENCE.sub(" ", sub_question), acronyms=False)
+    return sorted(n for n in own if not name_found(n, asked.words) and n not in GENERIC_NAMES)
+
+
+def unanchored(node: NodeState, asked: _Asked) -> bool:
+    """Check plan-unanchored: a sub-question that names nothing of the question, uses no
+    earlier answer and depends on no node ("What is the name of the book?"): nothing ties its
+    findings to the question."""
+    text = node.question
+    return bool(asked.names and not _REFERENCE.search(text) and not node.depends_on
+                and not any(name_found(n, asked.names) for n in names(text, openers=True)))
+
+
+def whole_question_first(sub_question: str, asked: _Asked) -> bool:
+    """Check plan-whole-first (for a sub-question other nodes wait on): it is the whole
+    question, so the parts are asked after the whole they were meant to answer. Only a copy
+    with every content word counts: one word short ("Which film was set in ...?" for "Who
+    directed the film set in ...?") is a hop."""
+    if not asked.content:
+        return False
+    said = content_words(sub_question)
+    return all(word_found(w, said) for w in asked.content)
+
+
+def dropped_names(nodes: list[NodeState], asked: _Asked) -> list[str]:
+    """Check plan-dropped-name: the names of the question that no sub-question names (as a
+    name or as a plain word, "the Harbour" -> "harbour"): that hop is never searched."""
     covered: set[str] = set()
     for node in nodes:
         covered |= names(node.question, openers=True) | content_words(node.question)
-    dropped = sorted(n for n in asked_names if not name_found(n, covered))
-    if dropped:
-        faults.append(f"no sub-question names {', '.join(dropped)}")
-    return faults
+    return sorted(n for n in asked.names if not name_found(n, covered))
 
 
 _DEFINITION = re.compile(r"^\s*(?:what|who)\s+(?:is|was|are|were)\s+(?:the\s+|an?\s+)?(?P<rest>[^?]+?)\s*\??\s*$",
@@ -120,8 +158,8 @@ _DEFINITION = re.compile(r"^\s*(?:what|who)\s+(?:is|was|are|were)\s+(?:the\s+|an
 _NAME_JOINERS = frozenset("of the and de da di del della der van von la le du".split())
 
 
-def _asks_definition(question: str) -> bool:
-    """Whether ``question`` is "What/Who is <a name>?" and nothing more: every word after the
+def asks_definition(question: str) -> bool:
+    """Check plan-definition: whether ``question`` is "What/Who is <a name>?" and nothing more: every word after the
     verb is part of a name (capitalised, a number, an earlier answer #n, or a joiner like "of")."""
     match = _DEFINITION.match(question)
     if not match:
@@ -132,14 +170,15 @@ def _asks_definition(question: str) -> bool:
 
 
 def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
-               question: str = "") -> CheckedPlan:
+               question: str = "", switches: Switches = ALL_ON) -> CheckedPlan:
     """Validate and repair: unique ids, known dependencies, no cycles, at most max_nodes.
 
-    Order of repairs: drop empty and repeated questions, make ids unique, cut extra nodes,
-    drop edges to unknown or cut nodes and self-edges, then break cycles edge by edge.
+    Order of repairs: drop empty and repeated questions (and, check example-echo, those that
+    copy the prompt's example), make ids unique, cut extra nodes, drop edges to unknown or cut
+    nodes and self-edges, then break cycles edge by edge (check plan-structure).
     """
     repairs: list[str] = []
-    nodes = _clean_nodes(plan, repairs, question)
+    nodes = _clean_nodes(plan, repairs, question, switches)
     if len(nodes) > max_nodes:
         cut = [n.id for n in nodes[max_nodes:]]
         repairs.append(f"cut {len(cut)} node(s) over the limit of {max_nodes}: {', '.join(cut)}")
@@ -165,7 +204,7 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
     return CheckedPlan(nodes=nodes, effort=effort, repairs=repairs)
 
 
-def _clean_nodes(plan: Plan, repairs: list[str], question: str) -> list[NodeState]:
+def _clean_nodes(plan: Plan, repairs: list[str], question: str, switches: Switches) -> list[NodeState]:
     nodes: list[NodeState] = []
     seen_questions: set[str] = set()
     used_ids: set[str] = set()
@@ -175,8 +214,8 @@ def _clean_nodes(plan: Plan, repairs: list[str], question: str) -> list[NodeStat
         if not question:
             repairs.append(f"dropped node {raw.id!r}: empty question")
             continue
-        if prompts.echoes_example(question, main_question):
-            repairs.append(f"dropped node {raw.id!r}: it copies the prompt's example")
+        if switches.on("example-echo") and echoes_example(question, main_question):
+            repairs.append(f"[example-echo] dropped node {raw.id!r}: it copies the prompt's example")
             continue
         key = question.lower()
         if key in seen_questions:
@@ -250,3 +289,23 @@ def topo_order(nodes: list[NodeState]) -> list[NodeState]:
 
     index = {n.id: i for i, n in enumerate(nodes)}
     return sorted(nodes, key=lambda n: (depth_of(n.id), index[n.id]))
+
+
+_CHECK_TAG = re.compile(r"\[([a-z][a-z-]+)\]")
+
+
+def repair_checks(repairs: list[str]) -> list[str]:
+    """The check behind each repair line, in order: the ids a line names ("[plan-unanchored]
+    ..."), or plan-structure for a repair of the plan's form; a line that says how the drawing
+    went (a draw that gave no plan, the question researched itself) is no check's."""
+    out: list[str] = []
+    for line in repairs:
+        tags = _CHECK_TAG.findall(line)
+        if tags:
+            out += tags
+        elif not _DRAW_NOTE.search(line):
+            out.append("plan-structure")
+    return out
+
+
+_DRAW_NOTE = re.compile(r"gave no plan|^no plan without faults")

@@ -7,9 +7,9 @@ sources is fenced and labelled as data: instructions found inside it are not to 
 
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass
+
+from .forms import asked_form, asked_kind
 
 # Output budgets in tokens, per call kind.
 PLAN_TOKENS = 450
@@ -42,15 +42,9 @@ def _data_block(label: str, text: str) -> str:
 
 
 # Words of the worked examples below; model text that carries them when its input did not is an
-# echo of the example, not an answer (small models copy examples), and is dropped.
+# echo of the example, not an answer (small models copy examples): check example-echo
+# (forms.echoes_example) drops it. Change them with the examples.
 EXAMPLE_MARKERS = ("frank herbert", "dune", "tacoma", "isaac asimov", "hugo award")
-
-
-def echoes_example(text: str, *inputs: str) -> bool:
-    """True when ``text`` names something from the worked examples that none of ``inputs`` has."""
-    low = text.lower()
-    given = " ".join(inputs).lower()
-    return any(marker in low and marker not in given for marker in EXAMPLE_MARKERS)
 
 
 # Each system prompt carries one worked example on an unrelated topic: small models follow a
@@ -190,47 +184,6 @@ def synthesize(ctx: Context, claims_text: str, direct_answer: str) -> Messages:
     return _msgs(system, user)
 
 
-# A question that opens with one of these asks for yes or no ("Are both ... directors?").
-_YES_NO_OPENERS = frozenset("""is are was were am do does did can could will would shall should
-has have had may might must""".split())
-
-
-def is_yes_no(question: str) -> bool:
-    """Whether ``question`` asks for yes or no: it opens with an auxiliary verb and offers no
-    choice ("Is X or Y older?" asks for a name)."""
-    words = question.strip().lower().split()
-    return bool(words) and words[0] in _YES_NO_OPENERS and " or " not in f" {question.lower()} "
-
-
-# "When ...?", "What year ...?", and a question that ends asking when ("... was started when?").
-_DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b|\bwhen\s*\??\s*$",
-                         re.IGNORECASE)
-_ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at) (which|what) "
-                           r"(country|city|state|county|town|province|region|continent|place)\b", re.IGNORECASE)
-# "In which country ...?", "What county ...?": the kind of place or body asked for, by name.
-_KIND_ASKED = re.compile(r"^\s*(?:(?:in|from|to|of|at|for|on) )?(?:which|what) (country|nation|city|state|county|"
-                         r"town|village|province|region|continent|island|river|district|borough)\b", re.IGNORECASE)
-_NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large|deep|wide)\b|"
-                           r"\bwhat (percentage|percent|proportion|number|amount)\b", re.IGNORECASE)
-
-
-def asked_form(question: str) -> str:
-    """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
-    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?"),
-    "entity" (a person or place: "Who ...?", "Where ...?", "In which country ...?") or
-    "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
-    leading or closing "when" asks for a date."""
-    if is_yes_no(question):
-        return "yes_no"
-    if _DATE_ASKED.search(question):
-        return "date"
-    if _NUMBER_ASKED.search(question):
-        return "number"
-    if _ENTITY_ASKED.search(question):
-        return "entity"
-    return "phrase"
-
-
 _FORMS = {
     "yes_no": "Answer the question with yes or no only.",
     "date": "Answer with the date or year the question asks for, nothing else. No sentence.",
@@ -240,14 +193,6 @@ _FORMS = {
     "phrase": ("Answer with the shortest phrase that answers the question: the name, place, date "
                "or number asked for. No sentence."),
 }
-
-
-def asked_kind(question: str) -> str:
-    """The kind of named thing a question opens by asking for ("country" for "In which
-    country is Midway?"), or "". Told only "the shortest phrase", a small model gives the
-    city or state its evidence names ("London", "Arkansas") for a country."""
-    match = _KIND_ASKED.search(question)
-    return match.group(1).lower() if match else ""
 
 
 ITERATIVE_STEP_TOKENS = 120

@@ -22,8 +22,9 @@ from .parts import ACCOUNTING_FIELDS, Models
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
-from .quotes import answer_rests_on, off_subject
-from .plan import plan_research, topo_order
+from .forms import answer_rests_on, compared
+from .names import names, off_subject
+from .plan import plan_research, repair_checks, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
 from .verify import is_verbatim, verbatim_verdict, verify_claims
@@ -95,6 +96,8 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
             remove()
     _finish_stats(run, models, before)
     data.stats = run.stats.to_dict()
+    data.checks_disabled = sorted(run.checks.switches.disabled)
+    data.checks_fired = list(run.checks.log)
     result = _write_outputs(run, data, Path(out_dir or settings.output.reports_dir), report_name or run_id)
     if data.status == RunStatus.plan_failed:
         failure_code = ModelOutputError.exit_code
@@ -110,14 +113,17 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             drawn, checked = plan_research(
                 run.models.planner, run.ctx, settings.min_nodes, min(settings.max_nodes, settings.hard_max_nodes),
                 settings.min_queries, settings.max_queries, settings.plan_draws, run.settings.llm.seed,
-                settings.plan_redraw_temperature)
+                settings.plan_redraw_temperature, run.checks.switches)
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.plan_failed, f"planning failed: {exc.message}"
             return
-        nodes = with_question_node(topo_order(checked.nodes), run.ctx.question, settings.question_sources)
+        nodes = with_compared_nodes(topo_order(checked.nodes), run.ctx.question, settings.compared_sources)
+        nodes = with_question_node(nodes, run.ctx.question, settings.question_sources)
         data.nodes, data.effort, data.repairs = nodes, checked.effort, checked.repairs
         run.questions = [n.question for n in nodes]
         run.stats.add(plan_repairs=len(checked.repairs), nodes=len(nodes), plan_draws=len(drawn))
+        for check_id in repair_checks(checked.repairs):
+            run.checks.fired(check_id, on="plan")
         run.recorder.write_json("plan.json", {"raw": drawn[-1].model_dump(mode="json"),
                                               "drawn": [p.model_dump(mode="json") for p in drawn], "effort": checked.effort,
                                               "repairs": checked.repairs,
@@ -157,12 +163,44 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
                 n.answer for n in data.nodes if n.answer and not answer_rests_on(data.short_answer, n.answer)])
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
                                                 claim_contexts(run, confirmed),
-                                                asked if run.settings.pipeline.name_check else None)
+                                                asked if run.settings.pipeline.name_check else None,
+                                                run.checks.switches, compared(run.ctx.question))
     with _phase(run, "synthesize"):
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)
         except ModelOutputError as exc:
             data.status, data.error = RunStatus.synthesis_failed, f"synthesis failed: {exc.message}"
+
+
+def with_compared_nodes(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
+    """The plan's nodes and, after them, one node for each thing the question compares
+    (``forms.compared``: a choice between two named things, a question about both) that no
+    sub-question researches on its own (naming it and not the other), unless ``sources`` is 0.
+    A small planner often asks one sub-question about both, or the whole question again,
+    and the answer then compares one side's facts with nothing. Each such node is searched by
+    the thing's name and the question's words, read, and its claims verified; it has no
+    answer of its own and nothing depends on it."""
+    items = compared(question)
+    if not sources or not items:
+        return nodes
+    out = list(nodes)
+    for item in items:
+        others = [names(o, openers=True) for o in items if o != item]
+        mine = names(item, openers=True)
+
+        def alone(node: NodeState) -> bool:
+            said = names(node.question, openers=True)
+            return mine <= said and not any(other <= said for other in others)
+
+        if any(alone(n) for n in nodes):
+            continue
+        out.append(NodeState(id=_fresh_node_id(out), question=f"About {item}: {question}", compares=item))
+    return out
+
+
+def _fresh_node_id(nodes: list[NodeState]) -> str:
+    used = {n.id for n in nodes}
+    return next(f"q{i}" for i in range(len(nodes) + 1, len(nodes) + 100) if f"q{i}" not in used)
 
 
 def with_question_node(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
@@ -173,9 +211,7 @@ def with_question_node(nodes: list[NodeState], question: str, sources: int) -> l
     question's top pages they left. Nothing depends on it: its findings never steer a hop."""
     if not sources or any(n.question.strip().lower() == question.strip().lower() for n in nodes):
         return nodes
-    used = {n.id for n in nodes}
-    node_id = next(f"q{i}" for i in range(len(nodes) + 1, len(nodes) + 100) if f"q{i}" not in used)
-    return nodes + [NodeState(id=node_id, question=question, whole_question=True)]
+    return nodes + [NodeState(id=_fresh_node_id(nodes), question=question, whole_question=True)]
 
 
 def _gap_round(run: RunContext, data: ReportData, pool: ClaimPool, verdicts: dict[str, Verdict],
@@ -201,12 +237,12 @@ def verify(run: RunContext, pool: ClaimPool, claims: list[MergedClaim],
            nodes: list[NodeState]) -> list[Verdict]:
     """The votes on ``claims``; then each claim refuted as worded is kept as the sentence it
     quotes (knob ``restate_killed``), a new claim confirmed as verbatim. A small model's
-    paraphrase often fails its votes ("attended Rutgers" for "a graduate of ... at Rutgers
-    University") while the sentence itself bears on the question: dropping it loses the
+    paraphrase often fails its votes ("studied at Kessel" for "a graduate of ... at the Kessel
+    Institute") while the sentence itself bears on the question: dropping it loses the
     source. The sentence must still name what the research names (its claim may have been
     what did)."""
     verdicts = verify_claims(run, claims)
-    if not run.settings.pipeline.restate_killed:
+    if not run.settings.pipeline.restate_killed or not run.checks.on("restate-killed"):
         return verdicts
     by_id = {c.id: c for c in claims}
     for verdict in list(verdicts):
@@ -217,26 +253,29 @@ def verify(run: RunContext, pool: ClaimPool, claims: list[MergedClaim],
         if restated is not None and relevant_claims(run, [restated], nodes):
             verdicts.append(verbatim_verdict(restated.id))
             run.stats.add(verified=1, confirmed=1, confirmed_verbatim=1, claims_restated=1)
+            run.checks.fired("restate-killed", on=f"claim {claim.id}", kept_as=restated.id)
     return verdicts
 
 
 def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[NodeState]) -> list[MergedClaim]:
     """The claims that bear on the research: tangential ones (by the extraction's own rating)
     and ones about other named things than the question, its sub-questions and their answers
-    (``quotes.off_subject``) are neither verified nor written into the answer: each would cost
+    (``names.off_subject``) are neither verified nor written into the answer: each would cost
     votes and dilute the report. Both are counted."""
-    kept = [c for c in ranked if c.importance != Importance.tangential]
+    kept = [c for c in ranked if not run.checks.applies(
+        "verify-tangential", lambda: c.importance == Importance.tangential, on=f"claim {c.id}")]
     run.stats.add(claims_tangential=len(ranked) - len(kept))
-    if not run.settings.pipeline.name_check:
+    if not run.settings.pipeline.name_check or not run.checks.on("verify-off-subject"):
         return kept
     # A last step's answer is what the claims are to bear out, not a subject of its own: a claim
-    # that names it and nothing else of the research ("a Norwegian sailor" for "Norway") is
+    # that names it and nothing else of the research ("a Ruritanian sailor" for "Ruritania") is
     # off subject. Answers that later steps build on, and the gap round's, count.
     built_on = {d for n in nodes for d in n.depends_on}
     chain = "\n".join([run.ctx.question] + [
         f"{n.asked}\n{n.answer if n.id in built_on or n.from_gap_round else ''}" for n in nodes])
     around = claim_contexts(run, kept)
-    on_subject = [c for c in kept if not off_subject(claim_text(c), chain, around.get(c.id, ""))]
+    on_subject = [c for c in kept if not run.checks.applies(
+        "verify-off-subject", lambda: off_subject(claim_text(c), chain, around.get(c.id, "")), on=f"claim {c.id}")]
     run.stats.add(claims_off_subject=len(kept) - len(on_subject))
     return on_subject
 
@@ -259,6 +298,7 @@ def _finish_stats(run: RunContext, models: Models, before: dict[str, float]) -> 
     for key in ACCOUNTING_FIELDS:
         value = after[key] - before[key]
         setattr(run.stats, key, round(value, 3) if key.endswith("seconds") else int(value))
+    run.stats.checks = dict(sorted(run.checks.counts.items()))
     run.stats.wall_seconds = round(time.monotonic() - run.started, 3)
     if run.stats.wall_seconds > 0:
         run.stats.llm_busy_share = round(run.stats.llm_seconds / run.stats.wall_seconds, 3)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from .. import atomic
 from ..errors import ModelOutputError, StateError
 from . import prompts
+from .checks import Firings, Switches
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -79,6 +80,8 @@ class RunStats:
     wall_seconds: float = 0.0
     llm_busy_share: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # Times each check fired, by id (appliance.pipeline.checks).
+    checks: dict[str, int] = field(default_factory=dict)
     search_error_messages: list[str] = field(default_factory=list)
     unresponsive_engines: list[str] = field(default_factory=list)
 
@@ -105,7 +108,7 @@ class RunStats:
 class Recorder:
     """The run folder: records appended as JSON lines as they happen, so a crash leaves them."""
 
-    LOGS = ("sources", "claims", "votes", "nodes", "calls")
+    LOGS = ("sources", "claims", "votes", "nodes", "calls", "checks")
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -217,3 +220,6 @@ class RunContext:
     # Every source read in the run, by URL (the report's source list is drawn from it).
     sources: dict[str, Source] = field(default_factory=dict)
     sources_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.checks = Firings(Switches.of(self.settings), lambda entry: self.recorder.append("checks", entry))

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
 from . import prompts
-from .gather import dedupe_text
-from .quotes import (answer_rests_on, grounded, off_subject, quote_context, short_answer_or_empty,
-                     source_passages)
+from .anchor import quote_context, source_passages
+from .checks import ALL_ON, Switches
+from .forms import answer_rests_on, compared, echoes_example, is_yes_no
+from .gather import answer_checked, dedupe_text
+from .names import GENERIC_NAMES, name_found, names, off_subject
+from .text import grounded
 from .state import RunContext, ask
 
 # Share of a written text's content words that must appear in the claims it rests on. Lower
@@ -50,7 +53,7 @@ def context_listing(claims: list[MergedClaim], texts: dict[str, str], title: dic
                     total: int = CONTEXT_TOTAL) -> str:
     """The text around the verified claims' quotes, one line per source (sources in the order
     of their best-ranked claim): its quoted sentences with their neighbours, overlapping
-    stretches once (``quotes.passage_around``); a source whose passage would pass ``total``
+    stretches once (``anchor.passage_around``); a source whose passage would pass ``total``
     characters in all is left out."""
     by_source: dict[str, list[str]] = {}
     for claim in claims:
@@ -82,13 +85,13 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     quotes and the text around the quotes, by the same short-answer prompt the one-call
     baselines use; "" when the model gives none or one that does not rest on that evidence
     (counted as dropped text). The sub-questions' answers that rest on that evidence come last:
-    the chain the plan followed ("In which country is Midway? United States"), which a small
-    model reading a list of claims ("Midway is in Arkansas.") does not rebuild on its own."""
+    the chain the plan followed ("In which country is Port Ardmore? Ruritania"), which a small
+    model reading a list of claims ("Port Ardmore is in Velka province.") does not rebuild on its own."""
     context = context_listing(confirmed, *_source_texts(run))
     evidence = evidence_listing(confirmed, context)
     if context:
         evidence += "\n\nAround the quotes, in their sources:\n" + context
-    chain = chain_listing(nodes or [], evidence)
+    chain = chain_listing(nodes or [], evidence, run.checks.switches)
     if chain:
         evidence += "\n\nSub-questions answered from this evidence:\n" + chain
     messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today)
@@ -96,18 +99,36 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
               temperature=run.settings.llm.answer_temperature)
     if out is None:
         return ""
-    answer = short_answer_or_empty(out.answer, evidence, run.ctx.question)
+    answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
+    items = compared(run.ctx.question)
+    if answer and is_yes_no(run.ctx.question) and run.checks.applies(
+            "answer-both-sides", lambda: not both_sides(confirmed, items), on="answer", answer=answer):
+        answer = ""
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
 
 
-def chain_listing(nodes: list[NodeState], evidence: str) -> str:
+def about_item(claim: MergedClaim, item: str) -> bool:
+    """Whether a claim (its text or a quote) names the compared thing ``item``."""
+    wanted = names(item, openers=True) - GENERIC_NAMES
+    said = names(" ".join([claim.text] + [q.quote for q in claim.quotes]), openers=True)
+    return bool(wanted) and all(name_found(n, said) for n in wanted)
+
+
+def both_sides(confirmed: list[MergedClaim], items: list[str]) -> bool:
+    """Check answer-both-sides: whether every compared thing has a verified claim naming it
+    (a yes or no about two things rests on a fact of each)."""
+    return all(any(about_item(c, item) for c in confirmed) for item in items)
+
+
+def chain_listing(nodes: list[NodeState], evidence: str, switches: Switches = ALL_ON) -> str:
     """Each answered sub-question with its answer, one per line, when the answer rests on
-    ``evidence`` (a node's answer was read before the votes: one whose claims were all killed
-    is left out)."""
+    ``evidence`` (check chain-rests: a node's answer was read before the votes, and one whose
+    claims were all killed is left out)."""
+    keep = not switches.on("chain-rests")
     return "\n".join(f"- {n.asked} {n.answer}" for n in nodes
-                     if n.answer and answer_rests_on(n.answer, evidence))
+                     if n.answer and (keep or answer_rests_on(n.answer, evidence)))
 
 
 # Claims the direct answer cites per step of its chain (each answered sub-question, then the
@@ -116,7 +137,8 @@ ANSWER_CITES_PER_STEP = 2
 
 
 def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str,
-                   around: dict[str, str] | None = None, asked: str | None = None) -> list[str]:
+                   around: dict[str, str] | None = None, asked: str | None = None,
+                   switches: Switches = ALL_ON, items: list[str] | None = None) -> list[str]:
     """The confirmed claims the direct answer rests on, best-ranked first: for each answered
     sub-question, its claims whose text or quotes carry its answer (any of its claims when the
     answer is yes or no), then the claims that carry the final answer. A multi-hop answer so
@@ -124,10 +146,12 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
     its quotes, which the answer also read) counts as the claim's text when no claim's own
     words carry a step's answer. With ``asked`` (the question, its sub-questions as researched
     and their answers but the final one) a claim must also be about something they name
-    (``quotes.off_subject``): carrying the answer's word is not enough ("Hans Henrik
-    Stoermann-Naess was a Norwegian sailor" beside "Norway" for the country of Ibsen)."""
+    (``names.off_subject``): carrying the answer's word is not enough ("Jon Marta Lindqvist
+    was a Ruritanian sailor" beside "Ruritania" for the country of the painter Marta Olsen).
+    With ``items`` (the things the question compares), a yes or no cites first a verified
+    claim about each of them."""
     around = around or {}
-    if asked is not None:
+    if asked is not None and switches.on("answer-cites-on-subject"):
         confirmed = [c for c in confirmed if not off_subject(
             " ".join([c.text] + [q.quote for q in c.quotes]), asked, around.get(c.id, ""))]
 
@@ -141,6 +165,11 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
     def take(claims: list[MergedClaim]) -> None:
         fresh = [c.id for c in claims if c.id not in chosen]
         chosen.extend(fresh[:ANSWER_CITES_PER_STEP])
+
+    if items and answer.strip().lower().rstrip(".") in ("yes", "no"):
+        # A yes or no about two things cites a verified fact of each.
+        for item in items:
+            take([c for c in confirmed if about_item(c, item)])
 
     for node in nodes:
         if not node.answer:
@@ -170,12 +199,12 @@ def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedC
     by_id = dict(zip(ids, (c.text for c in confirmed)))
     claims_text = claims_listing(confirmed)
 
-    def echo(text: str) -> bool:
-        return prompts.echoes_example(text, run.ctx.question, claims_text)
+    def echo(text: str, on: str) -> bool:
+        return run.checks.applies("example-echo", lambda: echoes_example(text, run.ctx.question, claims_text), on=on)
 
-    def rests_on(text: str, short: list[str]) -> bool:
+    def rests_on(text: str, short: list[str], on: str) -> bool:
         basis = " ".join([run.ctx.question] + [by_id[s] for s in short])
-        return grounded(text, basis, WRITTEN_SHARE)
+        return not run.checks.applies("written-grounded", lambda: not grounded(text, basis, WRITTEN_SHARE), on=on)
 
     findings: list[tuple[str, list[CitedStatement]]] = []
     for finding in draft.findings:
@@ -190,8 +219,12 @@ def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedC
                     short.append(key)
                 else:
                     run.stats.add(citations_dropped=1)
+                    run.checks.fired("cite-unknown", on=f"citation {raw!r}")
             text = " ".join(statement.text.split())
-            if cited and text and not echo(text) and rests_on(text, short):
+            on = f"statement {text[:80]!r}"
+            if not cited:
+                run.checks.fired("statement-uncited", on=on)
+            if cited and text and not echo(text, on) and rests_on(text, short, on):
                 kept.append(CitedStatement(text=text, claim_ids=cited))
             else:
                 run.stats.add(statements_dropped=1)
@@ -200,10 +233,12 @@ def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedC
     answer = " ".join(draft.answer.split())
     summary = " ".join(draft.executive_summary.split())
     every = list(by_id)
-    kept_answer = answer if answer and not echo(answer) and rests_on(answer, every) else ""
-    kept_summary = summary if summary and not echo(summary) and rests_on(summary, every) else ""
+    kept_answer = answer if answer and not echo(answer, "report answer") and rests_on(answer, every, "report answer") else ""
+    kept_summary = (summary if summary and not echo(summary, "summary") and rests_on(summary, every, "summary")
+                    else "")
     run.stats.add(texts_dropped=(answer != kept_answer) + (summary != kept_summary))
     return Synthesis(answer=kept_answer, executive_summary=kept_summary,
                      findings=findings,
-                     open_questions=[q for q in dedupe_text(draft.open_questions) if not echo(q)])
+                     open_questions=[q for q in dedupe_text(draft.open_questions)
+                                     if not echo(q, f"open question {q[:80]!r}")])
 

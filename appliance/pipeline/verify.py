@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from ..contracts import MergedClaim, Verdict, Vote, VoteRecord, VoteVerdict
 from ..errors import ModelOutputError
 from . import prompts
-from .quotes import same_sentence
+from .checks import ALL_ON, Switches
+from .forms import echoes_example
+from .text import same_sentence
 from .state import RunContext
 
 MAX_EVIDENCE_QUOTES = 4
@@ -74,7 +76,7 @@ def vote_seed(base: int, claim_text: str, index: int) -> int:
 
 
 def judge(engine, ctx: prompts.Context, claim_id: str, claim_text: str, evidence: str, rule: VoteRule,
-          base_seed: int) -> tuple[Verdict, int]:
+          base_seed: int, switches: Switches = ALL_ON) -> tuple[Verdict, int]:
     """Cast the votes on one claim, stopping once the outcome is decided.
 
     Returns the verdict and the number of votes that failed as calls (invalid output after the
@@ -89,29 +91,32 @@ def judge(engine, ctx: prompts.Context, claim_id: str, claim_text: str, evidence
         if rule.decided(supports, refutations, rule.votes - index):
             break
         seed = vote_seed(base_seed, claim_text, index)
-        vote, failed = cast_vote(engine, messages, claim_id, claim_text, evidence, seed, rule.temperature)
+        vote, failed = cast_vote(engine, messages, claim_id, claim_text, evidence, seed, rule.temperature,
+                                 switches)
         failures += failed
         votes.append(vote)
     return tally(claim_id, votes, rule, skipped=rule.votes - len(votes)), failures
 
 
 def cast_vote(engine, messages: list[dict], claim_id: str, claim_text: str, evidence: str,
-              seed: int, temperature: float) -> tuple[VoteRecord, bool]:
+              seed: int, temperature: float, switches: Switches = ALL_ON) -> tuple[VoteRecord, bool]:
     """One vote, and whether the call itself failed. Every way a vote can fail to support or
-    refute (a failed call included) makes it an abstention."""
+    refute (a failed call included) makes it an abstention; checks vote-no-reason and
+    example-echo name theirs in the record."""
     try:
         out = engine.structured(messages, Vote, seed=seed, max_tokens=prompts.VOTE_TOKENS,
                                 temperature=temperature, purpose="vote")
     except ModelOutputError as exc:
         return VoteRecord(claim_id=claim_id, seed=seed, valid=False, reason=f"failed: {exc.message}"), True
     reason = " ".join(out.reason.split())
-    if not reason:
+    if not reason and switches.on("vote-no-reason"):
         return VoteRecord(claim_id=claim_id, seed=seed, valid=False, verdict=out.verdict,
-                          reason="abstained: no reason given"), False
-    if prompts.echoes_example(reason, claim_text, evidence):
+                          reason="abstained: no reason given", check="vote-no-reason"), False
+    if switches.on("example-echo") and echoes_example(reason, claim_text, evidence):
         # A reason copied from the prompt's example says nothing about this claim.
         return VoteRecord(claim_id=claim_id, seed=seed, valid=False, verdict=out.verdict,
-                          reason=f"abstained: reason copies the prompt's example ({reason[:80]})"), False
+                          reason=f"abstained: reason copies the prompt's example ({reason[:80]})",
+                          check="example-echo"), False
     return VoteRecord(claim_id=claim_id, seed=seed, valid=out.verdict != VoteVerdict.insufficient,
                       verdict=out.verdict, reason=reason), False
 
@@ -131,14 +136,17 @@ def verify_claims(run: RunContext, claims: list[MergedClaim]) -> list[Verdict]:
     rule = VoteRule.from_settings(run.settings)
     verdicts: list[Verdict] = []
     for claim in claims:
-        if not run.settings.pipeline.vote_verbatim and is_verbatim(claim):
+        if not run.settings.pipeline.vote_verbatim and run.checks.applies(
+                "verbatim-confirmed", lambda: is_verbatim(claim), on=f"claim {claim.id}"):
             verdicts.append(verbatim_verdict(claim.id))
             run.stats.add(verified=1, confirmed=1, confirmed_verbatim=1)
             continue
         verdict, failures = judge(run.models.verifier, run.ctx, claim.id, claim.text, evidence_text(claim),
-                                  rule, run.settings.llm.seed)
+                                  rule, run.settings.llm.seed, run.checks.switches)
         for vote in verdict.votes:
             run.recorder.append("votes", vote)
+            if vote.check:
+                run.checks.fired(vote.check, on=f"vote on {claim.id}", seed=vote.seed)
         abstained = len(verdict.votes) - verdict.valid_votes
         run.stats.add(verified=1, confirmed=int(verdict.confirmed), killed=int(not verdict.confirmed),
                       votes_valid=verdict.valid_votes, votes_invalid=abstained, votes_skipped=verdict.skipped,

@@ -8,6 +8,7 @@ rest of the pipeline treats it as a web page; "fetching" it reads the stored tex
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -25,7 +26,10 @@ from .urls import CORPUS_SCHEME
 TABLE_PREFIX = "corpus_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _FTS_COLUMN = "search_text"
-_TEXT_COLUMNS = ("id", "doc_id", "chunk", "title", "text", _FTS_COLUMN, "source", "url", "doc_hash")
+_TEXT_COLUMNS = ("id", "doc_id", "chunk", "title", "text", _FTS_COLUMN, "source", "url", "doc_hash",
+                 "path", "file_hash", "location")
+# Columns a corpus made before documents kept their file and place gets on its next add.
+_FILE_COLUMNS = ("path", "file_hash", "location")
 _WORDS = re.compile(r"\w+", re.UNICODE)
 # Chunks embedded and written per batch: bounds memory on big folders (about 30 MB of text and
 # vectors), and keeps LanceDB's fragments few and large (each write is one fragment).
@@ -55,11 +59,25 @@ class AddReport:
     updated: int = 0
     unchanged: int = 0
     chunks_added: int = 0
+    # Files: new, changed (their passages replaced), unchanged by content hash (not read at
+    # all), and gone from a folder added with prune (their passages removed).
+    files_added: int = 0
+    files_updated: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class _StoredFile:
+    """A file the corpus holds: its content hash and the documents read from it."""
+
+    digest: str
+    doc_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -173,10 +191,16 @@ class Corpus:
             pa.field("title", pa.string()), pa.field("text", pa.string()),
             pa.field(_FTS_COLUMN, pa.string()), pa.field("source", pa.string()),
             pa.field("url", pa.string()), pa.field("doc_hash", pa.string()),
+            pa.field("path", pa.string()), pa.field("file_hash", pa.string()), pa.field("location", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), dim)),
         ], metadata={"embed_model": model, "embed_dim": str(dim)})
         with self._lock:
-            self._table = self._db.create_table(self.table_name, schema=schema, exist_ok=True)
+            if self.table_name in _table_names(self._db):
+                # Opened as it is: an older corpus's schema lacks columns added since
+                # (_add_file_columns gives them), which create_table would refuse.
+                self._table = self._db.open_table(self.table_name)
+            else:
+                self._table = self._db.create_table(self.table_name, schema=schema, exist_ok=True)
             return self._table
 
     def _drop(self) -> None:
@@ -193,9 +217,12 @@ class Corpus:
 
     # ------------------------------------------------------------------ add
 
-    def add(self, paths: Iterable[str | Path], progress: Optional[Progress] = None) -> AddReport:
-        """Ingest files and folders. Unchanged documents (same id, same content hash) are
-        left alone; changed ones are replaced. Returns counts of what happened."""
+    def add(self, paths: Iterable[str | Path], progress: Optional[Progress] = None,
+            prune: bool = False) -> AddReport:
+        """Ingest files and folders. A file whose content hash is the one stored is not read
+        again; a changed file's passages are replaced (pages it no longer has go too); with
+        ``prune``, the passages of files gone from the given folders are removed. Documents
+        are read, embedded and written in bounded batches. Returns counts of what happened."""
         from ..embed import get_embedder
 
         started = time.monotonic()
@@ -204,16 +231,38 @@ class Corpus:
         created = not self.exists()
         table = self._create(embedder.dim, embedder.name)
         self._check_dim(table, embedder.dim)
-        known = self._known_hashes(table)
+        self._add_file_columns(table)
+        paths = list(paths)
+        known, files = self._known(table)
+        new_files: set[str] = set()
+
+        def check(path: str, digest: str) -> str:
+            stored = files.get(path)
+            if stored is None:
+                new_files.add(path)
+                return "new"
+            if stored.digest == digest:
+                report.unchanged += len(stored.doc_ids)
+                return "unchanged"
+            # Changed: its old passages go now (a page it no longer has must not stay), and
+            # its documents count as updated when they are written again.
+            self._delete_where(table, "path", [path])
+            known.update(dict.fromkeys(stored.doc_ids, ""))
+            report.files_updated += 1
+            return "changed"
+
         log = ReadLog()
         batch: list[Document] = []
         batch_chunks = 0
         seen: dict[str, str] = {}
-        for doc in iter_documents(list(paths), log):
+        produced: set[str] = set()
+        for doc in iter_documents(paths, log, check):
             report.documents += 1
             state = self._classify(doc, known, seen, report)
             if state is None:
                 continue
+            if doc.path in new_files:
+                produced.add(doc.path)
             batch.append(doc)
             batch_chunks += max(1, len(doc.text) // max(1, int(self.settings.corpus.chunk_chars)))
             if batch_chunks >= _BATCH_CHUNKS:
@@ -221,8 +270,13 @@ class Corpus:
                 batch, batch_chunks = [], 0
         if batch:
             self._write(table, batch, known, embedder, report, progress)
+        report.files_added = len(produced)
+        report.files_unchanged = log.unchanged_files
+        if prune:
+            report.files_removed = self._prune(table, paths, files, log.seen)
         # Also when nothing was added: an add killed before this point left rows unindexed.
-        if report.chunks_added or report.updated or self._index_stale(table):
+        if report.chunks_added or report.updated or report.files_removed or report.files_updated \
+                or self._index_stale(table):
             if progress:
                 progress("updating the indexes")
             self._index(table)
@@ -251,18 +305,50 @@ class Corpus:
             return None
         return "new" if old is None else "changed"
 
-    def _known_hashes(self, table) -> dict[str, str]:
+    def _known(self, table) -> tuple[dict[str, str], dict[str, "_StoredFile"]]:
+        """The stored documents' content hashes by id, and the stored files by path."""
+        hashes: dict[str, str] = {}
+        files: dict[str, _StoredFile] = {}
         if table.count_rows() == 0:
-            return {}
-        rows = table.search().select(["doc_id", "doc_hash"]).limit(None).to_arrow()
-        return dict(zip(rows.column("doc_id").to_pylist(), rows.column("doc_hash").to_pylist()))
+            return hashes, files
+        rows = table.search().select(["doc_id", "doc_hash", "path", "file_hash"]).limit(None).to_arrow()
+        for doc_id, doc_hash, path, file_hash in zip(*(rows.column(c).to_pylist() for c in
+                                                       ("doc_id", "doc_hash", "path", "file_hash"))):
+            hashes[doc_id] = doc_hash
+            if path:  # "" in a corpus made before files were recorded
+                stored = files.setdefault(path, _StoredFile(file_hash or ""))
+                if doc_id not in stored.doc_ids:
+                    stored.doc_ids.append(doc_id)
+        return hashes, files
+
+    def _add_file_columns(self, table) -> None:
+        """Give a corpus made before documents kept their file and place those columns
+        (empty), so that it is added to as it is, never rebuilt."""
+        missing = [c for c in _FILE_COLUMNS if c not in table.schema.names]
+        if missing:
+            try:
+                table.add_columns({c: "CAST('' AS STRING)" for c in missing})
+            except Exception as exc:  # noqa: BLE001
+                raise CorpusError(f"cannot add the file columns to corpus {self.name!r}: {exc}",
+                                  hint=f"rebuild it: appliance corpus remove {self.name}, then add its files again") from None
+
+    @staticmethod
+    def _delete_where(table, column: str, values: list[str]) -> None:
+        for start in range(0, len(values), 500):
+            table.delete(f"{column} IN ({', '.join(_quote(v) for v in values[start:start + 500])})")
+
+    def _prune(self, table, paths: list, files: dict[str, "_StoredFile"], seen: set[str]) -> int:
+        """Remove the passages of stored files under the given folders that were not found
+        in them now; returns how many files."""
+        roots = [str(Path(p).expanduser().resolve()) for p in paths if Path(p).expanduser().is_dir()]
+        gone = [path for path in files if path not in seen
+                and any(path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)]
+        self._delete_where(table, "path", gone)
+        return len(gone)
 
     def _write(self, table, docs: list[Document], known: dict[str, str], embedder,
                report: AddReport, progress: Optional[Progress]) -> None:
-        replaced = [d.id for d in docs if d.id in known]
-        for start in range(0, len(replaced), 500):
-            ids = ", ".join(_quote(i) for i in replaced[start:start + 500])
-            table.delete(f"doc_id IN ({ids})")
+        self._delete_where(table, "doc_id", [d.id for d in docs if d.id in known])
         rows = self._rows(docs)
         vectors = self._embed(rows[_FTS_COLUMN], embedder, report.chunks_added, progress)
         table.add(_arrow_rows(rows, vectors, table.schema))
@@ -301,7 +387,8 @@ class Corpus:
                 values = {"id": doc.id if len(chunks) == 1 else f"{doc.id}#{number}", "doc_id": doc.id,
                           "chunk": number, "title": doc.title, "text": text,
                           _FTS_COLUMN: f"{doc.title}\n\n{text}" if doc.title else text,
-                          "source": doc.source, "url": doc.url, "doc_hash": doc.content_hash}
+                          "source": doc.source, "url": doc.url, "doc_hash": doc.content_hash,
+                          "path": doc.path, "file_hash": doc.file_hash, "location": doc.location}
                 for name in _TEXT_COLUMNS:
                     columns[name].append(values[name])
         return columns
@@ -528,4 +615,4 @@ class CorpusResolver:
                 corpus = self._corpora[name] = Corpus(self.settings, name)
         record = corpus.get(passage)
         return Source(url=url, norm_url=url.strip(), title=record.title, text=record.text,
-                      content_type="text/plain", ok=True)
+                      content_type="text/plain", ok=True, link=record.url)

@@ -402,7 +402,8 @@ def _extract_pdf(content: bytes) -> tuple[str, str, Optional[str]]:
     try:
         from pypdf import PdfReader
     except ImportError:
-        raise FetchError("PDF text extraction needs the pypdf package (pip install pypdf)") from None
+        raise FetchError("PDF text extraction needs pypdf, a dependency of appliance: "
+                         "reinstall it with `make install`") from None
     import io
 
     try:

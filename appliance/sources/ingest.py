@@ -1,7 +1,14 @@
 """Reading files into documents and documents into chunks, for the local corpus.
 
-Supported: .html/.htm (main text by trafilatura), .md, .txt, and .jsonl records
-``{id?, title, text, url?}``. Anything else under a folder is skipped and counted.
+Supported: .html/.htm (main text by trafilatura), .md, .txt, .jsonl records
+``{id?, title, text, url?}``, PDF (one document per page) and the document types of
+documents.py (Word, PowerPoint, Excel, CSV, EPUB, e-mail, ODT, RTF), each place in them a
+document of its own with its location. Anything else under a folder is skipped and counted.
+
+Files are read one at a time and their documents yielded as they are read, so a caller that
+writes in bounded batches never holds a whole folder, or a whole long PDF, in memory. Each
+file's content hash is computed first: a caller that already holds that file unchanged says so
+through ``check`` and the file is not read at all.
 """
 
 from __future__ import annotations
@@ -11,13 +18,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from ..errors import UsageError
+from .documents import READERS, Part, reason
 from .extract import decode_text, extract_html
 from .sentences import split_sentences
 
-SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl", ".pdf")
+TEXT_SUFFIXES = (".html", ".htm", ".md", ".markdown", ".txt", ".jsonl")
+SUFFIXES = TEXT_SUFFIXES + tuple(READERS)
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._~/-]+")
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 
@@ -31,6 +40,11 @@ class Document:
     text: str
     source: str
     url: str = ""
+    # The file it was read from (absolute), that file's sha256, and the place in it
+    # ("p. 17", "slide 3", "sheet Sales", "message 4"; "" for the whole file).
+    path: str = ""
+    file_hash: str = ""
+    location: str = ""
 
     @property
     def content_hash(self) -> str:
@@ -44,47 +58,85 @@ class ReadLog:
 
     files: int = 0
     skipped: list[str] = field(default_factory=list)
+    # Absolute paths of the files found and hashed (whether read or unchanged).
+    seen: set[str] = field(default_factory=set)
+    unchanged_files: int = 0
 
 
-def iter_documents(paths: list[str | Path], log: ReadLog) -> Iterator[Document]:
+# check(path, sha256) -> "unchanged" (not read), or anything else (read it).
+Check = Callable[[str, str], str]
+
+
+def iter_documents(paths: list[str | Path], log: ReadLog, check: Optional[Check] = None) -> Iterator[Document]:
     """Documents from files and folders (recursively; hidden entries are skipped)."""
     for raw in paths:
         root = Path(raw).expanduser()
         if not root.exists():
             raise UsageError(f"{raw} does not exist", hint="give files or folders to add")
         if root.is_file():
-            yield from _read_file(root, root.name, log)
+            yield from _read_file(root, root.name, log, check)
             continue
         for path in sorted(root.rglob("*")):
             rel = path.relative_to(root)
-            if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            if any(part.startswith(".") for part in rel.parts) or path.is_dir():
+                continue
+            if not path.is_file():  # gone since the folder was listed, a broken link, a device
+                there = path.exists() or path.is_symlink()
+                log.skipped.append(f"{path}: {'not a regular file' if there else 'cannot read (No such file or directory)'}")
                 continue
             if path.suffix.lower() not in SUFFIXES:
                 log.skipped.append(f"{path}: unsupported file type")
                 continue
-            yield from _read_file(path, f"{root.resolve().name}/{rel.as_posix()}", log)
+            yield from _read_file(path, f"{root.resolve().name}/{rel.as_posix()}", log, check)
 
 
-def _read_file(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in blocks (a large file is never held whole)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_file(path: Path, doc_id: str, log: ReadLog, check: Optional[Check]) -> Iterator[Document]:
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         log.skipped.append(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
         return
     try:
-        body = path.read_bytes()
-    except OSError as exc:
-        log.skipped.append(f"{path}: cannot read ({exc.strerror})")
+        digest = file_sha256(path)
+        empty = path.stat().st_size == 0
+    except OSError as exc:  # gone since the folder was listed, or unreadable
+        log.skipped.append(f"{path}: cannot read ({exc.strerror or type(exc).__name__})")
+        return
+    where = str(path.resolve())
+    if where in log.seen:  # named twice (a folder and a file in it): its passages are in once
+        log.skipped.append(f"{path}: given more than once (read once)")
         return
     log.files += 1
+    log.seen.add(where)
+    if check is not None and check(where, digest) == "unchanged":
+        log.unchanged_files += 1
+        return
     doc_id = safe_id(doc_id)
-    if suffix == ".pdf":
-        if not body:
+    if suffix not in TEXT_SUFFIXES:
+        if empty:
             log.skipped.append(f"{path}: empty file")
             return
-        yield from _read_pdf(path, doc_id, log)
+        for doc in _read_parts(path, doc_id, log):
+            doc.path, doc.file_hash = where, digest
+            yield doc
+        return
+    try:
+        body = path.read_bytes()
+    except OSError as exc:
+        log.skipped.append(f"{path}: cannot read ({exc.strerror or type(exc).__name__})")
         return
     if suffix == ".jsonl":
-        yield from _read_jsonl(path, body, doc_id, log)
+        for doc in _read_jsonl(path, body, doc_id, log):
+            doc.path, doc.file_hash = where, digest
+            yield doc
         return
     if suffix in (".html", ".htm"):
         page = extract_html(body)
@@ -96,26 +148,41 @@ def _read_file(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
     if not doc.text.strip():
         log.skipped.append(f"{path}: no text")
         return
+    doc.path, doc.file_hash = where, digest
     yield doc
 
 
-def _read_pdf(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
-    """One document per page with text: titled ``name.pdf, p. LABEL``, its URL the file at that
-    page, so the citation names the printed page and a quote is checked against that page."""
-    from .pdf import PdfUnreadable, read_pdf_pages
-
+def _read_parts(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
+    """The places of a document as documents, streamed: each titled ``name, LOCATION`` (a PDF
+    page by its printed label, ``p. 17``, its URL the file at that page), so that a citation
+    names the place and a quote is checked against the text of that place alone."""
     uri = path.resolve().as_uri()
+    count = 0
     try:
-        pages = list(read_pdf_pages(path))
-    except PdfUnreadable as exc:
-        log.skipped.append(f"{path}: {exc}")
+        for part in _parts(path):
+            if part.skipped:
+                log.skipped.append(f"{path}: {part.skipped}")
+                continue
+            if not part.text.strip():
+                continue
+            count += 1
+            title = part.title or (f"{path.name}, {part.location}" if part.location else path.name)
+            key = safe_id(part.key) if part.key else ""
+            yield Document(f"{doc_id}/{key}" if key else doc_id, title, part.text.strip(), str(path),
+                           url=f"{uri}#page={part.page}" if part.page else uri, location=part.location)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is one named skip, never a traceback
+        read = f" after {count} parts were read" if count else ""
+        log.skipped.append(f"{path}: {reason(exc)}{read}")
         return
-    if not pages:
-        log.skipped.append(f"{path}: no text layer (a scanned PDF; OCR it first)")
-        return
-    for page in pages:
-        yield Document(f"{doc_id}/p{page.index}", f"{path.name}, p. {page.label}", page.text, str(path),
-                       url=f"{uri}#page={page.index}")
+    if count == 0:
+        if path.suffix.lower() == ".pdf":
+            log.skipped.append(f"{path}: no text layer (a scanned PDF; OCR it first)")
+        else:
+            log.skipped.append(f"{path}: no text")
+
+
+def _parts(path: Path) -> Iterator[Part]:
+    yield from READERS[path.suffix.lower()](path, path.name)
 
 
 _JSON_TYPES = {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "an object",

@@ -8,10 +8,13 @@ A PDF that cannot be read is one named skip, never a traceback.
 
 from __future__ import annotations
 
+import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+from .documents import Unreadable
 
 
 @dataclass
@@ -23,22 +26,27 @@ class PdfPage:
     text: str
 
 
-class PdfUnreadable(Exception):
+class PdfUnreadable(Unreadable):
     """The file is not a PDF whose text can be read; the message is the reason, one line."""
 
 
-def read_pdf_pages(path: Path) -> Iterator[PdfPage]:
-    """The pages of ``path`` that hold text. Raises PdfUnreadable with a one-line reason."""
+def read_pdf_pages(path: Path | bytes) -> Iterator[PdfPage]:
+    """The pages of ``path`` (a file, or a PDF's bytes) that hold text, one at a time.
+    Raises PdfUnreadable with a one-line reason."""
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
     # pypdf logs recoverable damage at WARNING; the skip list is where problems are reported.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
-        with path.open("rb") as handle:
-            if not handle.read(1024).lstrip().startswith(b"%PDF"):
-                raise PdfUnreadable("not a PDF (no %PDF header)")
-        reader = PdfReader(str(path))
+        if isinstance(path, bytes):
+            head = path[:1024]
+        else:
+            with path.open("rb") as handle:
+                head = handle.read(1024)
+        if not head.lstrip().startswith(b"%PDF"):
+            raise PdfUnreadable("not a PDF (no %PDF header)")
+        reader = PdfReader(io.BytesIO(path) if isinstance(path, bytes) else str(path))
         if reader.is_encrypted:
             raise PdfUnreadable("encrypted PDF (give a decrypted copy)")
         labels = list(reader.page_labels)

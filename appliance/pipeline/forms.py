@@ -1,0 +1,268 @@
+"""Question and answer forms: what a question asks for, and whether a short answer is one."""
+
+from __future__ import annotations
+
+import re
+
+from .checks import ALL_ON, Switches
+from .text import MONTHS, STOP_WORDS, WORD, content_words, word_found
+
+# What a model writes when the evidence does not give an answer.
+_NO_ANSWER = re.compile(r"^(unknown|none|n/?a|not (given|known|stated|found|mentioned)|unclear|"
+                        r"no answer|cannot (be )?(determined|answered)|insufficient)\b")
+_YES_NO = re.compile(r"^(yes|no)\b")
+
+
+def answer_rests_on(answer: str, text: str) -> bool:
+    """Whether a short answer's content words (at least half, word forms forgiven) are in
+    ``text``; yes, no and empty answers rest on no text in particular."""
+    low = " ".join(str(answer).split()).lower()
+    if not low or _YES_NO.match(low):
+        return False
+    words = {w for w in WORD.findall(low) if w not in STOP_WORDS and (len(w) >= 2 or w.isdigit())}
+    if not words:
+        return False
+    basis = set(WORD.findall(text.lower()))
+    return sum(1 for w in words if word_found(w, basis)) >= 0.5 * len(words)
+
+
+def says_no_answer(answer: str) -> bool:
+    """Whether a short answer says there is none ("unknown", "not stated", "cannot be determined")."""
+    return bool(_NO_ANSWER.match(answer.lower()))
+
+
+def checked_answer(answer: str, evidence: str | None, question: str = "",
+                   switches: Switches = ALL_ON) -> tuple[str, list[str]]:
+    """The answer checks in order: ``answer`` (white space folded, trailing period dropped, cut
+    to its answering part) and the ids of the checks that fired on it; "" when one of them
+    drops it. ``evidence`` None (an answer from memory, read from nothing) skips only the
+    resting check: every check of the answer's form still applies, so each eval mode is scored
+    on the terms the pipeline's answer is.
+
+    Yes and no rest on the evidence by their nature (the question says what they answer) but
+    answer only a yes/no question; any other short answer needs at least half of its content
+    words in the evidence, word forms forgiven.
+    """
+    fired: list[str] = []
+    text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
+    if question and switches.on("answer-part"):
+        part = answer_part(text, question)
+        if part != text:
+            fired.append("answer-part")
+            text = part
+    if not text:
+        return "", fired
+    form = asked_form(question) if question else "phrase"
+    yes_no = bool(_YES_NO.match(text.lower()))
+    for check_id, drops in (
+            ("answer-none", lambda: says_no_answer(text)),
+            ("example-echo", lambda: echoes_example(text, evidence or "", question)),
+            ("answer-restates", lambda: not yes_no and restates(text, question)),
+            # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
+            ("answer-form", lambda: (not is_yes_no(question) if yes_no and question
+                                     else not yes_no and not has_asked_form(text, form))),
+            ("answer-rests", lambda: not yes_no and evidence is not None and not answer_rests_on(text, evidence))):
+        if switches.on(check_id) and drops():
+            return "", fired + [check_id]
+    return text, fired
+
+
+def short_answer_or_empty(answer: str, evidence: str | None, question: str = "",
+                          switches: Switches = ALL_ON) -> str:
+    """``checked_answer``'s answer alone: the answer, or "" when a check dropped it."""
+    return checked_answer(answer, evidence, question, switches)[0]
+
+
+# A sentence for an answer: this many words or more.
+_SENTENCE_WORDS = 5
+# The words before "is" say the question again when at least this share of them are its own.
+_LEAD_SHARE = 0.5
+_COPULA = re.compile(r"^(?P<lead>.+?)\s+(?:is|was|are|were)\s+(?P<rest>.+)$", re.IGNORECASE)
+
+
+def answer_part(answer: str, question: str) -> str:
+    """Check answer-part, the part of a sentence answer that answers: "The current chair of the
+    harbour board is Ida Brandt" -> "Ida Brandt" (what precedes "is" says the question again),
+    and for a question asking when, the date in "The town left the federation in 1948" -> "1948".
+    A short answer, or one that does not say the question first, is kept as it is."""
+    if len(answer.split()) < _SENTENCE_WORDS:
+        return answer
+    match = _COPULA.match(answer)
+    if match and not restates(match.group("rest"), question):
+        lead = content_words(match.group("lead"))
+        asked = content_words(question)
+        if len(lead) >= 2 and sum(1 for w in lead if word_found(w, asked)) >= _LEAD_SHARE * len(lead):
+            return match.group("rest").strip()
+    if asked_form(question) == "date":
+        dates = _DATE_PHRASE.findall(answer)
+        if len(dates) == 1:
+            return dates[0]
+    return answer
+
+
+
+_DATE_WORDS = re.compile(r"\d|\b(" + "|".join(MONTHS) + r"|century|centuries|decade|bc|bce|ad)\b")
+_DATE_ONLY = frozenset(MONTHS) | {"century", "centuries", "decade", "bc", "bce", "ad", "ce", "in", "on", "of",
+                                   "the", "year", "early", "late", "mid"}
+_DATE_PHRASE = re.compile(r"\b(?:(?:\d{1,2} )?(?:january|february|march|april|may|june|july|august|september|"
+                          r"october|november|december)(?: \d{1,2},?)? )?\d{3,4}\b", re.IGNORECASE)
+_ORDINAL = re.compile(r"\d+(s|st|nd|rd|th)?")
+_NUMBER_WORDS = re.compile(r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                           r"twenty|thirty|forty|fifty|hundred|thousand|million|billion|trillion|dozen|"
+                           r"half|none)\b")
+
+
+def has_asked_form(answer: str, form: str) -> bool:
+    """Whether a short answer can be of the kind asked for: a date names a year, day, month or
+    century; a number has digits or a number word; a yes/no question takes yes or no. A place
+    given for "When ...?" is no answer."""
+    low = answer.lower()
+    if form == "yes_no":
+        return bool(_YES_NO.match(low))
+    if form == "date":
+        return bool(_DATE_WORDS.search(low))
+    if form == "number":
+        return bool(_NUMBER_WORDS.search(low))
+    if form == "entity":
+        # A person or place has a name: a bare year or date ("1886" for "Where ...?") is none.
+        return any(not _ORDINAL.fullmatch(w) and w not in _DATE_ONLY for w in WORD.findall(low))
+    return True
+
+
+# An answer of at least this many content words, nearly all of them the question's own, is
+# the question said again ("The first president of the association which published ...").
+_RESTATED_WORDS = 3
+_RESTATED_SHARE = 0.8
+
+
+def restates(answer: str, question: str) -> bool:
+    """Whether ``answer`` only says the question again. A short answer made of the question's
+    words is fine ("Is the Velka or the Ard longer?" answered "the Velka")."""
+    words = content_words(answer)
+    if len(words) < _RESTATED_WORDS or not question:
+        return False
+    asked = content_words(question)
+    return sum(1 for w in words if word_found(w, asked)) >= _RESTATED_SHARE * len(words)
+
+
+
+
+# A question that opens with one of these asks for yes or no ("Are both ... directors?").
+_YES_NO_OPENERS = frozenset("""is are was were am do does did can could will would shall should
+has have had may might must""".split())
+
+
+def is_yes_no(question: str) -> bool:
+    """Whether ``question`` asks for yes or no: it opens with an auxiliary verb and offers no
+    choice ("Is X or Y older?" asks for a name)."""
+    words = question.strip().lower().split()
+    return bool(words) and words[0] in _YES_NO_OPENERS and " or " not in f" {question.lower()} "
+
+
+# "When ...?", "What year ...?", and a question that ends asking when ("... was started when?").
+_DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b|\bwhen\s*\??\s*$",
+                         re.IGNORECASE)
+_ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at) (which|what) "
+                           r"(country|city|state|county|town|province|region|continent|place)\b", re.IGNORECASE)
+# "In which country ...?", "What county ...?": the kind of place or body asked for, by name.
+_KIND_ASKED = re.compile(r"^\s*(?:(?:in|from|to|of|at|for|on) )?(?:which|what) (country|nation|city|state|county|"
+                         r"town|village|province|region|continent|island|river|district|borough)\b", re.IGNORECASE)
+_NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large|deep|wide)\b|"
+                           r"\bwhat (percentage|percent|proportion|number|amount)\b", re.IGNORECASE)
+
+
+def asked_form(question: str) -> str:
+    """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
+    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?"),
+    "entity" (a person or place: "Who ...?", "Where ...?", "In which country ...?") or
+    "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
+    leading or closing "when" asks for a date."""
+    if is_yes_no(question):
+        return "yes_no"
+    if _DATE_ASKED.search(question):
+        return "date"
+    if _NUMBER_ASKED.search(question):
+        return "number"
+    if _ENTITY_ASKED.search(question):
+        return "entity"
+    return "phrase"
+
+
+def asked_kind(question: str) -> str:
+    """The kind of named thing a question opens by asking for ("country" for "In which
+    country is Port Ardmore?"), or "". Told only "the shortest phrase", a small model gives the
+    city or province its evidence names for a country."""
+    match = _KIND_ASKED.search(question)
+    return match.group(1).lower() if match else ""
+
+
+
+def echoes_example(text: str, *inputs: str) -> bool:
+    """True when ``text`` names something from the prompts' worked examples
+    (``prompts.EXAMPLE_MARKERS``) that none of ``inputs`` has: small models copy examples."""
+    from .prompts import EXAMPLE_MARKERS
+
+    low = text.lower()
+    given = " ".join(inputs).lower()
+    return any(marker in low and marker not in given for marker in EXAMPLE_MARKERS)
+
+
+# A name as a question writes it: capitalised words (or numbers), with the small words that
+# join a name's parts ("Bank of Ruritania", "Ida van Brandt", "The Velka Times").
+_NAME_WORD = r"[A-Z0-9][\w'’.\-&]*"
+_JOINER = r"(?:of|the|de|da|di|del|von|van|du|la|le|y|al|el|on|upon|in)"
+_NAME_SPAN = rf"{_NAME_WORD}(?:\s+(?:{_JOINER}\s+)*{_NAME_WORD})*"
+# The second name may follow a few small words ("... or the founding of Y").
+_PAIR = re.compile(rf"(?P<a>{_NAME_SPAN})\s*,?\s+(?P<op>or|and|&)\s+(?:[a-z]+\s+){{0,3}}?(?P<b>{_NAME_SPAN})")
+# "Is X older than Y?", "Was X founded earlier than the Y?"
+_THAN = re.compile(rf"(?P<a>{_NAME_SPAN})\s+(?:[a-z]+\s+){{1,3}}than\s+(?:[a-z]+\s+){{0,2}}?(?P<b>{_NAME_SPAN})")
+# A choice between the two ("..., X or Y?") or a question about both ("Are X and Y both ...?",
+# "Both X and Y ...", "... X and Y ... the same ...?", "What do X and Y have in common?").
+_BOTH = re.compile(r"\b(both|same|in common|each|either|neither|between|respective|respectively)\b",
+                   re.IGNORECASE)
+# Capitalised words a question opens with or that are no names ("Which", "Are", ...).
+_QUESTION_OPENERS = frozenset("""which who what whose when where why how is are was were am do does did
+can could will would shall should has have had may might must both between""".split())
+
+
+def compared(question: str) -> list[str]:
+    """The two things a question compares, as it names them, or [] when it compares nothing:
+    a choice between two named things ("Which opened first, the Velka Bridge or Ardmore
+    Pier?") or a question about both ("Were Ida Brandt and Jon Lindqvist both engineers?",
+    "Are X and Y in the same league?"); two names joined by "and" without such a word
+    ("built by Velka and Ardmore in 1931") are one fact's, not a comparison. Only named things count (capitalised words with their joiners): "apples or
+    pears" is a choice this does not see, and the plan's own sub-questions research it."""
+    text = " ".join(question.split())
+    for match in _PAIR.finditer(text):
+        a, b = _trim_name(match.group("a")), _trim_name(match.group("b"))
+        if not a or not b or a.lower() == b.lower():
+            continue
+        if match.group("op") == "or" or _BOTH.search(text):
+            return [a, b]
+    than = _THAN.search(text)
+    if than:
+        a, b = _trim_name(than.group("a")), _trim_name(than.group("b"))
+        if a and b and a.lower() != b.lower():
+            return [a, b]
+    return []
+
+
+def _trim_name(span: str) -> str:
+    """A name without the question's own capitalised openers before it ("Are Medici" -> "Medici")."""
+    words = span.split()
+    while words and (words[0].lower() in _QUESTION_OPENERS or words[0].lower() in ("the", "a", "an")):
+        words = words[1:]
+    while words and words[-1].lower() in _QUESTION_OPENERS | {"the", "of"}:
+        words = words[:-1]
+    return " ".join(words).strip(" ,?")
+
+
+def compared_query(item: str, question: str, others: list[str]) -> str:
+    """The search for one compared thing: its name and the question's own content words,
+    without the names of the things it is compared with."""
+    other_words = {w.lower() for other in others for w in WORD.findall(other)}
+    own = {w.lower() for w in WORD.findall(item)}
+    words = [w for w in WORD.findall(question)
+             if w.lower() not in other_words and w.lower() not in own
+             and w.lower() not in STOP_WORDS and w.lower() not in _QUESTION_OPENERS and len(w) >= 3]
+    return " ".join([item] + list(dict.fromkeys(words)))

@@ -1,0 +1,129 @@
+"""Latency of `appliance serve` under load, and what serving costs a run (not in `make test`).
+
+Starts a real server on loopback in a fresh state folder with a three-document corpus,
+submits one research run, and while it runs keeps ``--clients`` concurrent clients asking the
+status endpoint (GET /api/runs/ID) and the history endpoint (GET /api/runs) as fast as they
+are answered; prints p50/p95 of each. With ``--compare-cli`` it first runs the same question
+with `appliance research` in its own fresh state folder (no shared cache) and prints both
+runs' seconds.
+
+    python scripts/bench_serve.py --model smollm2-135m [--clients 50] [--compare-cli]
+
+The default model is the manifest's research model: on a shared machine use the test model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+QUESTION = "Who named Aurora Lake, and when?"
+FINISHED = {"done", "failed", "cancelled"}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+async def hammer(url: str, run_id: str, clients: int) -> tuple[dict[str, list[float]], collections.Counter, dict]:
+    """Until the run finishes: ``clients`` loops, alternating status and history requests."""
+    latencies: dict[str, list[float]] = {"status": [], "history": []}
+    errors: collections.Counter[str] = collections.Counter()
+    done = asyncio.Event()
+    final: dict = {}
+
+    async def client_loop(number: int, client: httpx.AsyncClient) -> None:
+        turn = number
+        while not done.is_set():
+            kind = "status" if turn % 2 == 0 else "history"
+            path = f"/api/runs/{run_id}" if kind == "status" else "/api/runs?limit=50"
+            start = time.perf_counter()
+            try:
+                response = await client.get(path)
+                if response.status_code != 200:
+                    errors[f"{kind} {response.status_code}: {response.text[:120]}"] += 1
+            except httpx.HTTPError as exc:
+                errors[f"{kind} {type(exc).__name__}"] += 1
+            latencies[kind].append(time.perf_counter() - start)
+            turn += 1
+
+    async def watch(client: httpx.AsyncClient) -> None:
+        while True:
+            job = (await client.get(f"/api/runs/{run_id}")).json()
+            if job["status"] in FINISHED:
+                final.update(job)
+                done.set()
+                return
+            await asyncio.sleep(0.5)
+
+    limits = httpx.Limits(max_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        await asyncio.gather(watch(client), *(client_loop(n, client) for n in range(clients)))
+    return latencies, errors, final
+
+
+def cli_run(home: Path, model: str) -> float:
+    config = home / "empty-config.toml"
+    env = {**os.environ, "APPLIANCE_HOME": str(home)}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "research", QUESTION,
+                    "--profile", "quick", "--backend", "corpus", "--corpus", "tiny", "--model", model,
+                    "--no-progress", "--out", str(home / "reports")], cwd=REPO, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="manifest model for every role (default: the manifest's)")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--compare-cli", action="store_true")
+    args = parser.parse_args()
+
+    from conftest import make_settings
+    from serve_harness import Server, make_tiny_corpus
+
+    model = args.model or "qwen2.5-coder-1.5b"
+    with tempfile.TemporaryDirectory() as tmp:
+        homes = {}
+        for name in ("serve", "cli") if args.compare_cli else ("serve",):
+            homes[name] = Path(tmp) / name
+            make_tiny_corpus(make_settings(homes[name]), Path(tmp) / f"docs-{name}")
+        cli_seconds = cli_run(homes["cli"], model) if args.compare_cli else None
+        server = Server(homes["serve"]).start()
+        try:
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                job = client.post("/api/runs", json={"question": QUESTION, "profile": "quick", "backend": "corpus",
+                                                     "corpus": "tiny", "model": model}).json()
+            latencies, errors, final = asyncio.run(hammer(server.url, job["id"], args.clients))
+        finally:
+            server.stop()
+            log_errors = [line for line in server.log_text().splitlines() if " ERROR " in line][:5]
+    result = {"clients": args.clients, "model": model, "run_status": final.get("status"),
+              "served_run_seconds": final.get("elapsed"), "cli_run_seconds": cli_seconds, "errors": dict(errors)}
+    result["server_errors"] = log_errors
+    for kind, values in latencies.items():
+        result[kind] = {"requests": len(values), "p50_ms": round(1000 * statistics.median(values), 1) if values else None,
+                        "p95_ms": round(1000 * percentile(values, 0.95), 1) if values else None}
+    print(json.dumps(result, indent=2))
+    return 0 if final.get("status") == "done" and not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

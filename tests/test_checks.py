@@ -1,0 +1,371 @@
+"""The checks registry: complete, wired, each check firing and not firing, switchable by settings.
+
+Examples are invented (Ruritania, Port Ardmore, Ida Brandt): a check states a general rule."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from appliance.cli import main
+from appliance.config import load_settings
+from appliance.contracts import (Extraction, GapQuestions, Hit, NodeState, Plan, PlanNode, ReportDraft,
+                                 SearchQueries, ShortAnswer)
+from appliance.embed import get_embedder
+from appliance.errors import ConfigError
+from appliance.pipeline import checks as registry
+from appliance.pipeline.anchor import find_quote
+from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
+from appliance.pipeline.forms import checked_answer, echoes_example
+from appliance.pipeline.names import names_unsupported
+from appliance.pipeline.parts import Models
+from appliance.pipeline.plan import plan_faults, repair_checks
+from appliance.pipeline.run import research
+from appliance.pipeline.text import grounded
+from appliance.pipeline.verify import is_verbatim
+
+from fakes import FakeBackend, FakeEngine, FakeFetcher
+
+PIPELINE = Path(importlib.import_module("appliance.pipeline").__file__).parent
+
+
+# ------------------------------------------------------------------ the registry itself
+
+def test_every_check_has_an_id_a_phase_a_sentence_and_a_deciding_function():
+    ids = [c.id for c in CHECKS]
+    assert len(ids) == len(set(ids))
+    for check in CHECKS:
+        assert check.id.replace("-", "").isalpha() and check.id == check.id.lower(), check.id
+        assert check.phase in registry.PHASES, check.id
+        assert check.does.endswith(".") and len(check.does.split()) >= 6, check.id
+        module, function = check.decides.split(":")
+        assert callable(getattr(importlib.import_module(f"appliance.pipeline.{module}"), function)), check.decides
+
+
+def test_every_setting_a_check_names_exists():
+    settings = load_settings(env={})
+    for check in CHECKS:
+        for name in check.settings:
+            section, key = name.split(".", 1)
+            if section in settings.data:
+                assert key in settings.data[section], (check.id, name)
+            else:
+                assert hasattr(importlib.import_module(f"appliance.pipeline.{section}"), key), (check.id, name)
+
+
+def _pipeline_sources() -> dict[str, str]:
+    return {p.stem: p.read_text(encoding="utf-8") for p in PIPELINE.glob("*.py") if p.stem != "checks"}
+
+
+def test_every_check_is_wired_into_the_pipeline():
+    """Each id is named where the pipeline acts on it (a check no code names does nothing)."""
+    sources = "\n".join(_pipeline_sources().values())
+    for check in CHECKS:
+        assert f'"{check.id}"' in sources or f"[{check.id}]" in sources, check.id
+
+
+def _check_ids_named(node: ast.AST) -> set[str]:
+    found = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            found |= {cid for cid in BY_ID if sub.value == cid or f"[{cid}]" in sub.value}
+    return found
+
+
+def _names_a_check(check) -> bool:
+    module, function = check.decides.split(":")
+    tree = ast.parse((PIPELINE / f"{module}.py").read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return bool(_check_ids_named(node))
+
+
+# The deciding functions of the checks that are plain predicates (those that name their check
+# themselves count their own firings): a pipeline function that calls one must name the check
+# it acts for, or be listed here with the reason it drops nothing.
+DECIDERS = {c.decides.split(":")[1] for c in CHECKS if not _names_a_check(c)}
+DROPS_NOTHING = {
+    # builds the text a cited claim must be about; the check is answer-cites-on-subject
+    ("run", "_run_phases"),
+    # picks which claims carry each step's answer for citing; nothing is dropped from the report
+    ("synthesize", "answer_support"),
+    # the answer checks themselves, composed of their deciders (forms.checked_answer is one entry
+    # per check id, each named there)
+    ("forms", "answer_part"),
+    ("forms", "short_answer_or_empty"),
+}
+
+
+def _calls(node: ast.AST) -> set[str]:
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            out.add(name)
+    return out
+
+
+def test_nothing_in_the_pipeline_decides_a_drop_outside_a_registered_check():
+    """Every pipeline function that calls a check's deciding function names a registered check
+    (or is one of those functions, or is listed above with why it drops nothing): a new rule
+    built on them cannot slip in unnamed and uncounted."""
+    unnamed = []
+    for module, source in _pipeline_sources().items():
+        for node in ast.parse(source).body:
+            if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+                continue
+            used = _calls(node) & DECIDERS - {node.name}
+            if used and not _check_ids_named(node) and (module, node.name) not in DROPS_NOTHING \
+                    and node.name not in DECIDERS:
+                unnamed.append(f"{module}.{node.name} calls {sorted(used)}")
+    assert not unnamed, unnamed
+
+
+# ------------------------------------------------------------------ switching checks off
+
+def test_disabled_checks_are_validated_against_the_registry():
+    settings = load_settings(env={"APPLIANCE_CHECKS_DISABLED": "answer-form,page-gate"})
+    assert settings.checks.disabled == ["answer-form", "page-gate"]
+    assert not Switches.of(settings).on("page-gate") and Switches.of(settings).on("answer-rests")
+    with pytest.raises(ConfigError, match="unknown check 'answer-shape'"):
+        load_settings(env={"APPLIANCE_CHECKS_DISABLED": "answer-shape"})
+    with pytest.raises(ConfigError, match="cannot be switched off"):
+        load_settings(env={"APPLIANCE_CHECKS_DISABLED": "quote-anchor"})
+    with pytest.raises(KeyError):
+        ALL_ON.on("no-such-check")
+
+
+def test_appliance_checks_lists_every_check_with_its_settings(tmp_path):
+    config = tmp_path / "appliance.toml"
+    config.write_text('[checks]\ndisabled = ["answer-part"]\n', encoding="utf-8")
+    runner = CliRunner()
+    out = runner.invoke(main, ["--config", str(config), "checks", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["id"]: r for r in json.loads(out.stdout)}
+    assert set(rows) == set(BY_ID)
+    assert rows["answer-part"]["on"] is False and rows["answer-form"]["on"] is True
+    assert rows["page-gate"]["settings"] == {"pipeline.relevance_threshold": 0.4}
+    assert rows["claim-ungrounded"]["settings"] == {"text.GROUNDED_SHARE": 0.5}
+    text = runner.invoke(main, ["--config", str(config), "checks"])
+    assert text.exit_code == 0 and "answer-part" in text.stdout and "OFF" in text.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[checks]\ndisabled = ["answer-shape"]\n', encoding="utf-8")
+    refused = runner.invoke(main, ["--config", str(bad), "checks"])
+    assert refused.exit_code != 0 and "unknown check 'answer-shape'" in refused.output
+    assert "Traceback" not in refused.output
+
+
+# ------------------------------------------------------------------ each check, firing and not
+
+QUESTION = "Which radio station did Ida Brandt found in Port Ardmore?"
+
+
+def _nodes(*questions, depends=None):
+    depends = depends or {}
+    return [NodeState(id=f"q{i}", question=q, depends_on=depends.get(f"q{i}", []))
+            for i, q in enumerate(questions, start=1)]
+
+
+@pytest.mark.parametrize("check_id,fires,holds", [
+    ("plan-invented-name",
+     _nodes("What is the capital of Ruritania?", "Which station did Ida Brandt found in Port Ardmore?"),
+     _nodes("Where is Port Ardmore?", "Which station did Ida Brandt found in Port Ardmore?")),
+    ("plan-unanchored",
+     _nodes("What is the name of the station?", "Where did Ida Brandt work in Port Ardmore?"),
+     _nodes("What is the name of the station?", "Where did Ida Brandt work in Port Ardmore?",
+            depends={"q1": ["q2"]})),
+    ("plan-definition",
+     _nodes("Who is Ida Brandt?", "Which station is in Port Ardmore?"),
+     _nodes("Where did Ida Brandt live?", "Which station is in Port Ardmore?")),
+    ("plan-whole-first",
+     _nodes(QUESTION, "When did the station at Port Ardmore open?", depends={"q2": ["q1"]}),
+     _nodes("Which stations did Ida Brandt found?", "Which of #1 is in Port Ardmore?", depends={"q2": ["q1"]})),
+    ("plan-dropped-name",
+     _nodes("Which radio station did Ida Brandt found?"),
+     _nodes("Which radio station did Ida Brandt found?", "Which stations are in Port Ardmore?")),
+])
+def test_each_plan_check_fires_on_its_fault_only_and_can_be_switched_off(check_id, fires, holds):
+    tag = f"[{check_id}]"
+    assert any(line.startswith(tag) for line in plan_faults(fires, QUESTION)), plan_faults(fires, QUESTION)
+    assert not any(line.startswith(tag) for line in plan_faults(holds, QUESTION)), plan_faults(holds, QUESTION)
+    off = Switches({check_id})
+    assert not any(line.startswith(tag) for line in plan_faults(fires, QUESTION, off))
+    assert check_id in repair_checks([f"plan draw 1 set aside: {plan_faults(fires, QUESTION)[0]}"])
+
+
+def test_plan_repairs_are_counted_by_check():
+    assert repair_checks(["dropped self-dependency of q2", "plan draw 1 gave no plan: cut off",
+                          "plan draw 2 set aside: [plan-unanchored] q1 ...; [plan-dropped-name] no ...",
+                          "no plan without faults: researching the question itself"]) == [
+        "plan-structure", "plan-unanchored", "plan-dropped-name"]
+
+
+@pytest.mark.parametrize("check_id,answer,evidence,question,kept", [
+    ("answer-part", "The chair of the Velka harbour board is Ida Brandt", "Ida Brandt chairs the board.",
+     "Who is the chair of the Velka harbour board?", "Ida Brandt"),
+    ("answer-none", "Not stated", "Ida Brandt chairs the board.", "Who chairs the board?", ""),
+    ("answer-restates", "The founder of the radio station", "The station was founded by Ida Brandt.",
+     "Who was the founder of the radio station?", ""),
+    ("answer-form", "Port Ardmore", "Port Ardmore opened its station in 1931.", "When did the station open?", ""),
+    ("answer-form", "yes", "Ida Brandt founded it.", "Who founded the station?", ""),
+    ("answer-rests", "Lindqvist", "The station was founded by Ida Brandt.", "Who founded the station?", ""),
+    ("example-echo", "Frank Herbert", "The station was founded by Ida Brandt.", "Who founded the station?", ""),
+])
+def test_each_answer_check_fires_and_switches_off(check_id, answer, evidence, question, kept):
+    out, fired = checked_answer(answer, evidence, question)
+    assert out == kept and check_id in fired
+    off_out, off_fired = checked_answer(answer, evidence, question, Switches({check_id}))
+    assert check_id not in off_fired  # a later check may still drop it
+    # A plain answer of the asked form, resting on its evidence: no check fires.
+    assert checked_answer("Ida Brandt", evidence + " Ida Brandt.", "Who founded the station?") == ("Ida Brandt", [])
+
+
+@pytest.mark.parametrize("fires,holds", [
+    (lambda: not grounded("Ida Brandt founded a Ruritanian ferry line in 1931.", "The station opened in 1931."),
+     lambda: not grounded("The station opened in 1931.", "The Port Ardmore station opened in 1931.")),
+    (lambda: names_unsupported("Ida Brandt was born in Ardmore.", "Lindqvist was born in Ardmore."),
+     lambda: names_unsupported("Lindqvist was born in Ardmore.", "Lindqvist was born in Ardmore.")),
+    (lambda: find_quote("The ferry sailed to Ruritania every Monday", "The station opened in 1931.") is None,
+     lambda: find_quote("The station opened in 1931", "Records say: the station opened in 1931.") is None),
+    (lambda: is_verbatim(_merged("The station opened in 1931.", "The station opened in 1931")),
+     lambda: is_verbatim(_merged("It opened in 1931.", "The station opened in 1931"))),
+    (lambda: echoes_example("Frank Herbert wrote it.", "Who wrote the guide?"),
+     lambda: echoes_example("Frank Herbert wrote it.", "Did Frank Herbert write the guide?")),
+], ids=["claim-ungrounded", "claim-names-unsupported", "quote-anchor", "verbatim-confirmed", "example-echo"])
+def test_each_claim_check_decides_on_invented_examples(fires, holds):
+    assert fires() is True
+    assert holds() is False
+
+
+def _merged(text: str, quote: str):
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+
+    return MergedClaim(id="m1", text=text, quotes=[QuoteRef(source_url="u", quote=quote)], node_ids=["q1"],
+                       members=["q1-s1-c1"], importance=Importance.central, source_quality=SourceQuality.primary)
+
+
+def test_firings_count_record_and_skip_checks_switched_off():
+    seen: list[dict] = []
+    firings = Firings(Switches({"page-gate"}), seen.append)
+    assert firings.applies("answer-form", lambda: True, on="answer") is True
+    assert firings.applies("answer-form", lambda: False, on="answer") is False
+    asked: list[str] = []
+    assert firings.applies("page-gate", lambda: asked.append("x") or True, on="source u") is False
+    assert asked == []  # a check switched off is not even decided
+    assert firings.counts == {"answer-form": 1} and seen == [{"check": "answer-form", "on": "answer"}]
+    with pytest.raises(KeyError):
+        firings.fired("no-such-check", on="x")
+
+
+# ------------------------------------------------------------------ checks in a run (scripted model)
+
+PAGES = {
+    "http://a.test/station": "Radio Ardmore was founded in 1931 by Ida Brandt in Port Ardmore. "
+                             "It broadcasts from the harbour.",
+    "http://b.test/brandt": "Ida Brandt was born in 1890 in Velka and trained as an engineer.",
+    "http://c.test/ferries": "Ferries to the northern islands leave twice a day in summer.",
+}
+HITS = [Hit(url=u, title=u.rsplit("/", 1)[1].title(), rank=i + 1) for i, u in enumerate(PAGES)]
+RUN_QUESTION = "Where was the founder of Radio Ardmore born?"
+
+
+def _script():
+    def extract(messages, seed):
+        text = messages[-1]["content"]  # the page last: earlier findings come before it
+        if "Ida Brandt was born" in text:
+            return Extraction(source_quality="secondary", claims=[
+                {"claim": "Ida Brandt was born in Velka in 1890.",
+                 "quote": "Ida Brandt was born in 1890 in Velka", "importance": "central"}])
+        if "Radio Ardmore was founded" in text:
+            return Extraction(source_quality="primary", claims=[
+                {"claim": "Radio Ardmore was founded in 1931 by Ida Brandt in Port Ardmore.",
+                 "quote": "Radio Ardmore was founded in 1931 by Ida Brandt in Port Ardmore", "importance": "central"},
+                # words not in its quote: becomes its quote (claim-ungrounded)
+                {"claim": "The station also runs evening concerts.",
+                 "quote": "It broadcasts from the harbour", "importance": "supporting"},
+                # a quote the page does not hold (quote-anchor)
+                {"claim": "Radio Ardmore broadcasts in six languages.",
+                 "quote": "Radio Ardmore broadcasts in six languages", "importance": "supporting"}])
+        return Extraction(source_quality="blog", claims=[])
+
+    def vote(messages, seed):
+        if "Velka in 1890" in messages[-1]["content"]:
+            return {"reason": "", "verdict": "supported"}  # no reason: an abstention (vote-no-reason)
+        return {"reason": "the quote states it", "verdict": "supported"}
+
+    return {
+        "plan": lambda m, s: Plan(effort=1, nodes=[
+            PlanNode(id="q1", question="Who founded Radio Ardmore?", depends_on=["q1"]),  # plan-structure
+            PlanNode(id="q2", question="Where was #1 born?", depends_on=["q1"])]),
+        "queries": lambda m, s: SearchQueries(queries=["radio ardmore founder"]),
+        "extract": extract,
+        "node-answer": lambda m, s: ShortAnswer(answer="Ida Brandt"),
+        "answer": lambda m, s: ShortAnswer(answer="Velka"),
+        "vote": vote,
+        "gaps": lambda m, s: GapQuestions(questions=["Who wrote Dune, Frank Herbert?"]),
+        "synthesize": lambda m, s: ReportDraft(
+            answer="Velka.", executive_summary="Ida Brandt founded Radio Ardmore in 1931.",
+            findings=[{"theme": "Founder", "statements": [
+                {"text": "Ida Brandt founded Radio Ardmore in 1931.", "claim_ids": ["c1", "c77"]},
+                {"text": "Submarines patrol distant oceans constantly.", "claim_ids": ["c1"]},
+                {"text": "An uncited statement about Radio Ardmore.", "claim_ids": ["c42"]}]}],
+            # copies a prompt's worked example (example-echo)
+            open_questions=["Did Frank Herbert ever visit Port Ardmore?", "Who owns Radio Ardmore today?"]),
+    }
+
+
+def _run(tmp_path, disabled=()):
+    env = {"APPLIANCE_HOME": str(tmp_path / "home")}
+    settings = load_settings(profile="quick", env=env, overrides={
+        "pipeline.quote_sentences": False, "pipeline.question_sources": 0, "pipeline.gap_questions": 1,
+        "checks.disabled": list(disabled)})
+    engine = FakeEngine(_script())
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    return research(RUN_QUESTION, settings, models=models, backend=FakeBackend(HITS),
+                    fetcher=FakeFetcher(PAGES), embedder=get_embedder(settings), out_dir=tmp_path / "reports")
+
+
+@pytest.fixture(scope="module")
+def all_on(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("all-on"))
+
+
+RUN_CHECKS = ["quote-anchor", "claim-ungrounded", "verbatim-confirmed", "vote-no-reason", "cite-unknown",
+              "statement-uncited", "written-grounded", "example-echo", "page-gate", "plan-structure"]
+
+
+def test_a_run_counts_each_check_by_id_and_says_what_it_fired_on(all_on):
+    counts = all_on.report["stats"]["checks"]
+    for check_id in RUN_CHECKS:
+        assert counts.get(check_id, 0) >= 1, (check_id, counts)
+    logged = [json.loads(line) for line in (all_on.run_dir / "checks.jsonl").read_text().splitlines()]
+    assert logged == all_on.report["checks"]["fired"]
+    assert {e["check"] for e in logged} == set(counts)
+    assert sum(counts.values()) == len(logged)
+    assert all_on.report["checks"]["disabled"] == []
+    claims = [json.loads(line) for line in (all_on.run_dir / "claims.jsonl").read_text().splitlines()]
+    assert any("claim-ungrounded" in c["checks"] for c in claims)
+    assert any("quote-anchor" in c["checks"] and not c["accepted"] for c in claims)
+    uncounted = [c for c in claims if not c["checks"]]
+    assert uncounted  # a claim no check touched lists none
+
+
+@pytest.mark.parametrize("check_id", ["claim-ungrounded", "verbatim-confirmed", "vote-no-reason",
+                                      "written-grounded", "example-echo", "page-gate"])
+def test_a_check_switched_off_does_not_fire_and_its_effect_is_gone(tmp_path, all_on, check_id):
+    off = _run(tmp_path, disabled=[check_id])
+    assert check_id not in off.report["stats"]["checks"]
+    assert off.report["checks"]["disabled"] == [check_id]
+    if check_id == "claim-ungrounded":
+        texts = {c["text"] for c in off.report["claims"]}
+        assert "The station also runs evening concerts." in texts
+    if check_id == "written-grounded":
+        statements = [s["text"] for f in off.report["findings"] for s in f["statements"]]
+        assert "Submarines patrol distant oceans constantly." in statements
+    if check_id == "page-gate":
+        assert off.report["stats"]["sources_off_topic"] == 0 < all_on.report["stats"]["sources_off_topic"]

@@ -1,0 +1,138 @@
+"""Questions that compare two named things: each thing researched on its own, and a yes or no
+about both resting on a verified fact of each. Examples are invented."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from appliance.config import load_settings
+from appliance.contracts import (Extraction, GapQuestions, Hit, NodeState, Plan, PlanNode, ReportDraft,
+                                 SearchQueries, ShortAnswer)
+from appliance.embed import get_embedder
+from appliance.pipeline.forms import compared, compared_query
+from appliance.pipeline.parts import Models
+from appliance.pipeline.run import research, with_compared_nodes
+
+from fakes import FakeBackend, FakeEngine, FakeFetcher
+
+
+@pytest.mark.parametrize("question,things", [
+    ("Which opened first, the Velka Bridge or Ardmore Pier?", ["Velka Bridge", "Ardmore Pier"]),
+    ("Were Ida Brandt and Jon Lindqvist both engineers?", ["Ida Brandt", "Jon Lindqvist"]),
+    ("Are Radio Ardmore and Velka FM in the same network?", ["Radio Ardmore", "Velka FM"]),
+    ("Between Port Ardmore and Velka, which town is older?", ["Port Ardmore", "Velka"]),
+    ("Which came first, the founding of Radio Ardmore or the birth of Ida Brandt?", ["Radio Ardmore", "Ida Brandt"]),
+    ("Is Velka Radio older than Ardmore FM?", ["Velka Radio", "Ardmore FM"]),
+    ("What do Ida Brandt and Jon Lindqvist have in common?", ["Ida Brandt", "Jon Lindqvist"]),
+    # Not comparisons: two names of one fact, or no two names at all.
+    ("Which station was founded by Ida Brandt and Jon Lindqvist in 1931?", []),
+    ("Where was the founder of Radio Ardmore born?", []),
+    ("Would you rather have apples or pears?", []),
+])
+def test_what_a_question_compares(question, things):
+    assert compared(question) == things
+
+
+def test_a_compared_thing_is_searched_by_its_name_and_the_question_words_not_the_other():
+    query = compared_query("Velka Bridge", "Which opened first, the Velka Bridge or Ardmore Pier?", ["Ardmore Pier"])
+    assert query == "Velka Bridge opened first"
+
+
+def test_each_compared_thing_no_sub_question_researches_alone_gets_a_node():
+    question = "Were Ida Brandt and Jon Lindqvist both engineers?"
+    # The plan asks about both at once: each gets a node of its own, after the plan's.
+    planned = [NodeState(id="q1", question="What were Ida Brandt and Jon Lindqvist?")]
+    nodes = with_compared_nodes(planned, question, 2)
+    assert [(n.id, n.compares) for n in nodes] == [("q1", ""), ("q2", "Ida Brandt"), ("q3", "Jon Lindqvist")]
+    assert all(n.reads_only and not n.depends_on for n in nodes[1:])
+    # A plan that researches one of them alone: only the other is added.
+    planned = [NodeState(id="q1", question="What did Ida Brandt study?"),
+               NodeState(id="q2", question="What were Ida Brandt and Jon Lindqvist?")]
+    assert [n.compares for n in with_compared_nodes(planned, question, 2)] == ["", "", "Jon Lindqvist"]
+    # Nothing compared, or the knob at 0: the plan as it is.
+    assert with_compared_nodes(planned, "Where did Ida Brandt study?", 2) == planned
+    assert with_compared_nodes(planned, question, 0) == planned
+
+
+PAGES = {
+    "http://a.test/brandt": "Ida Brandt was a marine engineer who designed the Velka Bridge.",
+    "http://b.test/lindqvist": "Jon Lindqvist was a painter of harbour scenes in Port Ardmore.",
+    "http://c.test/harbour": "The harbour of Port Ardmore has two piers and a lighthouse.",
+}
+QUESTION = "Were Ida Brandt and Jon Lindqvist both engineers?"
+
+
+def _script(answer: str, with_lindqvist: bool = True):
+    def extract(messages, seed):
+        text = messages[-1]["content"]
+        claims = []
+        if "Ida Brandt was a marine engineer" in text:
+            claims = [{"claim": "Ida Brandt was a marine engineer.",
+                       "quote": "Ida Brandt was a marine engineer who designed the Velka Bridge", "importance": "central"}]
+        elif "Jon Lindqvist was a painter" in text and with_lindqvist:
+            claims = [{"claim": "Jon Lindqvist was a painter.",
+                       "quote": "Jon Lindqvist was a painter of harbour scenes in Port Ardmore", "importance": "central"}]
+        return Extraction(source_quality="primary", claims=claims)
+
+    return {
+        # The plan asks about both at once: the compared nodes research each side.
+        "plan": lambda m, s: Plan(effort=1, nodes=[
+            PlanNode(id="q1", question="Which professions did Ida Brandt and Jon Lindqvist have?"),
+            PlanNode(id="q2", question="Were Ida Brandt and Jon Lindqvist engineers?")]),
+        "queries": lambda m, s: SearchQueries(queries=["brandt lindqvist"]),
+        "extract": extract,
+        "node-answer": lambda m, s: ShortAnswer(answer="engineers"),
+        "answer": lambda m, s: ShortAnswer(answer=answer),
+        "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
+        "gaps": lambda m, s: GapQuestions(questions=[]),
+        "synthesize": lambda m, s: ReportDraft(answer="", executive_summary="", findings=[], open_questions=[]),
+    }
+
+
+def _run(tmp_path, answer: str, with_lindqvist: bool = True, disabled=()):
+    settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")}, overrides={
+        "pipeline.quote_sentences": False, "pipeline.question_sources": 0, "pipeline.gap_questions": 0,
+        "pipeline.relevance_threshold": 0.0, "checks.disabled": list(disabled)})
+    harbour = [Hit(url="http://c.test/harbour", title="Harbour", rank=1)]
+    hits = {"Which professions did Ida Brandt and Jon Lindqvist have?": harbour,
+            "Were Ida Brandt and Jon Lindqvist engineers?": harbour,
+            "Ida Brandt engineers": [Hit(url="http://a.test/brandt", title="Ida Brandt", rank=1)],
+            "Jon Lindqvist engineers": [Hit(url="http://b.test/lindqvist", title="Jon Lindqvist", rank=1)]}
+    engine = FakeEngine(_script(answer, with_lindqvist))
+    backend = FakeBackend(hits)
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    result = research(QUESTION, settings, models=models, backend=backend, fetcher=FakeFetcher(PAGES),
+                      embedder=get_embedder(settings), out_dir=tmp_path / "reports")
+    return result, backend, engine
+
+
+def test_each_side_is_researched_and_a_no_cites_a_verified_fact_of_each(tmp_path):
+    result, backend, engine = _run(tmp_path, "no")
+    report = result.report
+    compared_nodes = [n for n in report["plan"]["nodes"] if n["compares"]]
+    assert [n["compares"] for n in compared_nodes] == ["Ida Brandt", "Jon Lindqvist"]
+    assert {"Ida Brandt engineers", "Jon Lindqvist engineers"} <= set(backend.queries)
+    # No answer of their own: node answers are the plan's nodes' only (q1 and q2 read the
+    # harbour page and found nothing, so none).
+    assert sum(1 for purpose, _ in engine.calls if purpose == "node-answer") <= 2
+    assert report["short_answer"] == "no"
+    cited = {c["id"]: c["text"] for c in report["claims"] if c["id"] in report["answer_claims"]}
+    assert any("Ida Brandt" in t for t in cited.values()) and any("Jon Lindqvist" in t for t in cited.values())
+    assert "answer-both-sides" not in report["stats"]["checks"]
+
+
+def test_a_yes_or_no_with_a_verified_fact_of_one_side_only_is_no_answer(tmp_path):
+    result, _, _ = _run(tmp_path, "yes", with_lindqvist=False)
+    report = result.report
+    assert report["short_answer"] == ""
+    assert report["stats"]["checks"]["answer-both-sides"] == 1
+    fired = [e for e in report["checks"]["fired"] if e["check"] == "answer-both-sides"]
+    assert fired == [{"check": "answer-both-sides", "on": "answer", "answer": "yes"}]
+    # Switched off, the answer stands on the one side.
+    again, _, _ = _run(tmp_path / "off", "yes", with_lindqvist=False, disabled=["answer-both-sides"])
+    assert again.report["short_answer"] == "yes"
+    assert "answer-both-sides" not in again.report["stats"]["checks"]
+    records = [json.loads(line) for line in (again.run_dir / "checks.jsonl").read_text().splitlines()]
+    assert all(r["check"] != "answer-both-sides" for r in records)

@@ -260,6 +260,8 @@ class Settings:
     @property
     def checks(self) -> ChecksSettings:
         return self.typed.checks
+
+    @property
     def cluster(self) -> ClusterSettings:
         return self.typed.cluster
 

@@ -17,13 +17,16 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .contracts import PROFILES, RunStatus
 from .config import Settings, SettingsRecipe
 from .errors import ApplianceError, UsageError
 from .questions import clean_question
 from .pipeline.state import write_atomic
+
+if TYPE_CHECKING:
+    from .cluster import ClusterSpec
 
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
 # Read as one JSON record per line; anything else is one question per line.
@@ -59,6 +62,7 @@ class ItemResult:
     seconds: float = 0.0
     stats: dict = field(default_factory=dict)
     line: int = 0           # the line of the questions file
+    worker: dict = field(default_factory=dict)   # on a cluster: the pid, host and model loads of its worker
 
 
 def safe_id(raw: str) -> str:
@@ -182,13 +186,14 @@ def is_complete(out_dir: Path, item: BatchItem) -> bool:
 class Worker:
     """Loads the run's parts once and answers questions one by one (in a process of its own)."""
 
-    def __init__(self, recipe: SettingsRecipe, n_threads: int | None = None):
+    def __init__(self, recipe: SettingsRecipe, n_threads: int | None = None,
+                 open_parts: Callable[[Settings], tuple] | None = None):
         from .pipeline.parts import open_run_parts
 
         self.recipe = recipe
         self.n_threads = n_threads
         self.settings = self._settings(None)
-        self.models, self.backend, self.fetcher, self.embedder = open_run_parts(self.settings)
+        self.models, self.backend, self.fetcher, self.embedder = (open_parts or open_run_parts)(self.settings)
 
     def _settings(self, profile: str | None) -> Settings:
         settings = self.recipe.build(profile)
@@ -196,7 +201,7 @@ class Worker:
             settings = settings.with_overrides({"llm.n_threads": self.n_threads})
         return settings
 
-    def run(self, item: BatchItem, out_dir: Path) -> ItemResult:
+    def run(self, item: BatchItem, out_dir: Path, run_dir: Path | None = None) -> ItemResult:
         from .pipeline.run import research
 
         settings = self._settings(item.profile) if item.profile else self.settings
@@ -204,7 +209,7 @@ class Worker:
         try:
             result = research(item.question, settings, models=self.models, backend=self.backend,
                               fetcher=self.fetcher, embedder=self.embedder, out_dir=out_dir,
-                              report_name=item.id)
+                              report_name=item.id, run_dir=run_dir)
         except ApplianceError as exc:
             return ItemResult(item.id, item.question, "failed", reason=exc.one_line(),
                               seconds=round(time.monotonic() - start, 3))
@@ -230,11 +235,13 @@ def _run_in_worker(item: BatchItem, out_dir: Path) -> ItemResult:
 
 
 def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, jobs: int = 1,
-              force: bool = False, on_result: Callable[[ItemResult], None] = lambda r: None) -> list[ItemResult]:
+              force: bool = False, on_result: Callable[[ItemResult], None] = lambda r: None,
+              cluster: ClusterSpec | None = None) -> list[ItemResult]:
     """Answer every item; finished reports are skipped unless ``force``. Never stops at a failure.
 
     Models are loaded only when some question is left to answer, so a rerun of a finished batch
-    makes no model call at all.
+    makes no model call at all. With ``cluster`` the questions are Dask tasks (appliance.cluster)
+    and only this process writes the output folder, the run folders and the call cache.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     # One result per line of the file, by position: two lines may share an id (a repeat
@@ -250,7 +257,15 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
             todo.append(index)
             continue
         on_result(_with_line(_done(results[index]), item))
-    if todo and jobs <= 1:
+    if todo and cluster is not None:
+        from .cluster import run_on_cluster
+
+        def deliver(index: int, result: ItemResult) -> None:
+            results[index] = result
+            on_result(_with_line(result, items[index]))
+
+        run_on_cluster(items, todo, recipe, out_dir, cluster, deliver)
+    elif todo and jobs <= 1:
         worker = Worker(recipe)
         with worker.fetcher:
             for index in todo:

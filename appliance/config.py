@@ -161,6 +161,19 @@ class ChecksSettings(_Section):
         from .pipeline.checks import check_disabled
 
         return check_disabled(value)
+class ClusterSettings(_Section):
+    spec: str
+    workers: Count
+    cores: Zeroable
+    memory: str
+    walltime: str
+    lifetime: str
+    lifetime_stagger: str
+    queue: str
+    account: str
+    extra_directives: list[str]
+    local_directory: str
+    python: str
 
 
 class SettingsModel(BaseModel):
@@ -180,6 +193,7 @@ class SettingsModel(BaseModel):
     corpus: CorpusSettings
     pipeline: PipelineSettings
     checks: ChecksSettings
+    cluster: ClusterSettings
 
 
 @dataclass(frozen=True)
@@ -246,6 +260,10 @@ class Settings:
     @property
     def checks(self) -> ChecksSettings:
         return self.typed.checks
+
+    @property
+    def cluster(self) -> ClusterSettings:
+        return self.typed.cluster
 
     def get(self, dotted: str) -> Any:
         section, key = dotted.split(".", 1)

@@ -32,9 +32,15 @@ def _summary_table(results) -> str:
 @click.option("--only", "only_ids", multiple=True, help="Answer only the question with this id (repeatable).")
 @click.option("--emit-make", is_flag=True, default=False,
               help="Print a makefile with one target per report instead of running (used by `make batch`).")
+@click.option("--cluster", "cluster_spec", default=None, metavar="SPEC",
+              help="Answer the questions as Dask tasks: local, local:N (N worker processes here), "
+                   "tcp://HOST:PORT (a running scheduler), slurm or pbs (worker jobs; see [cluster] "
+                   "in the config). Default: the [cluster] spec setting; empty: this process.")
+@click.option("--print-job-script", is_flag=True, default=False,
+              help="With --cluster slurm or pbs: print the worker job script and submit nothing.")
 @research_options
-def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, profile, backend, corpus_name,
-          searxng_url, model_name, no_cache):
+def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spec, print_job_script, profile,
+          backend, corpus_name, searxng_url, model_name, no_cache):
     """Answer every question in QUESTIONS_FILE, one report each.
 
     QUESTIONS_FILE is text (one question a line; blank lines and # comments skipped) or JSON
@@ -46,11 +52,23 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, profile, ba
     --emit-make refuses a file with a bad line.
     """
     from ..batch import make_fragment, read_questions, run_batch, write_summary
+    from ..cluster import job_script, parse_spec
     from ..errors import UsageError
 
-    items = read_questions(questions_file)
+    items = [] if print_job_script else read_questions(questions_file)
     recipe = run_recipe(profile, backend, corpus_name, searxng_url, model_name, no_cache)
-    recipe.build()  # a bad option or config fails here, before any work
+    settings = recipe.build()  # a bad option or config fails here, before any work
+    spec_text = settings.cluster.spec if cluster_spec is None else cluster_spec
+    cluster = parse_spec(spec_text) if spec_text.strip() else None
+    if print_job_script:
+        if cluster is None:
+            raise UsageError("--print-job-script needs --cluster slurm or pbs",
+                             hint="add --cluster slurm (or set spec in the [cluster] settings)")
+        click.echo(job_script(settings, cluster), nl=False)
+        return
+    if cluster is not None and jobs > 1:
+        raise UsageError("--jobs and --cluster do not go together",
+                         hint="set the number of workers with --cluster local:N, or [cluster] workers")
     if emit_make:
         bad = [item for item in items if item.error]
         if bad:
@@ -78,7 +96,7 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, profile, ba
         click.echo(f"{result.outcome}: {result.id} {result.status} {result.reason}".rstrip(), err=True)
 
     try:
-        results = run_batch(items, recipe, out, jobs=jobs, force=force, on_result=show)
+        results = run_batch(items, recipe, out, jobs=jobs, force=force, on_result=show, cluster=cluster)
     except KeyboardInterrupt:
         if not only_ids:
             write_summary(finished, out, time.monotonic() - start, interrupted=True)

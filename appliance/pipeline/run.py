@@ -52,18 +52,20 @@ def _phase(run: RunContext, name: str):
 
 def research(question: str, settings: Settings, *, models: Models, backend, fetcher, embedder,
              out_dir: str | Path | None = None, progress: Progress | None = None,
-             today: dt.date | None = None, report_name: str | None = None) -> ResearchResult:
+             today: dt.date | None = None, report_name: str | None = None,
+             run_dir: Path | None = None) -> ResearchResult:
     """Research ``question`` and write its report; returns where everything went.
 
     The report is ``<out_dir>/<date>-<slug>.md`` and ``.json`` unless ``report_name`` (a safe
-    file stem, as batch uses) names it.
+    file stem, as batch uses) names it. The run folder is ``<state>/runs/<run id>`` unless
+    ``run_dir`` names another (a cluster worker's scratch folder, shipped to the client).
     """
     from ..sources.urls import UrlLedger
 
     question = clean_question(question)
     date = (today or dt.date.today()).isoformat()
     run_id = run_id_for(question, date)
-    run_dir = state_dir(settings, "runs") / run_id
+    run_dir = run_dir or state_dir(settings, "runs") / run_id
     recorder = Recorder(run_dir)
     run = RunContext(settings=settings, models=models, backend=backend, fetcher=fetcher,
                      ledger=UrlLedger(settings.fetch.budget), recorder=recorder,

@@ -52,7 +52,7 @@ demo-corpus: venv
 
 test: ## the type check, then the whole test suite (real model, real LanceDB, real SearXNG on loopback)
 	$(PY) -m mypy
-	$(if $(wildcard $(BENCH)),TEST_BENCH_DIR="$(abspath $(BENCH))") $(PY) -m pytest tests
+	$(if $(wildcard $(BENCH)),TEST_BENCH_DIR="$(abspath $(BENCH))") $(PY) -m pytest tests --durations=25
 
 run: ## make run Q="your question"
 	@test -n "$(Q)" || { echo 'usage: make run Q="your question"' >&2; exit 2; }

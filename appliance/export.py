@@ -22,7 +22,7 @@ from typing import Any, Callable
 from urllib.parse import quote as url_quote, unquote, urlsplit
 
 from .errors import ApplianceError, UsageError
-from .report import STAT_ROWS, STATUS_TEXT, plain_line
+from .report import STATUS_TEXT, plain_line, stat_lines
 from .contracts import RunStatus
 
 FORMATS: tuple[str, ...] = ("html", "pdf", "bibtex", "ris", "csl-json")
@@ -336,16 +336,7 @@ def _sources_html(entries: list[SourceEntry]) -> list[str]:
 
 
 def _stats_html(stats: dict[str, Any]) -> list[str]:
-    rows = []
-    for key, label in STAT_ROWS:
-        if key in stats:
-            value = stats[key]
-            shown = f"{value:.2f}" if isinstance(value, float) else str(value)
-            rows.append(f"<tr><td>{html.escape(label)}</td><td>{_e(shown)}</td></tr>")
-    phases = stats.get("phase_seconds") or {}
-    if isinstance(phases, dict) and phases:
-        shown = ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if isinstance(v, (int, float)))
-        rows.append(f"<tr><td>seconds per phase</td><td>{_e(shown)}</td></tr>")
+    rows = [f"<tr><td>{html.escape(label)}</td><td>{_e(shown)}</td></tr>" for label, shown in stat_lines(stats)]
     if not rows:
         return ["<p><em>No statistics recorded.</em></p>"]
     return ['<table class="stats">', *rows, "</table>"]

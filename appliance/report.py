@@ -244,17 +244,21 @@ STAT_ROWS = [
 ]
 
 
+def stat_lines(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value as shown) for each stat of ``STAT_ROWS`` the run has, then the seconds
+    per phase: the rows the markdown report and the HTML export both show."""
+    rows = [(label, f"{stats[key]:.2f}" if isinstance(stats[key], float) else str(stats[key]))
+            for key, label in STAT_ROWS if key in stats]
+    phases = stats.get("phase_seconds") or {}
+    if isinstance(phases, dict) and phases:
+        rows.append(("seconds per phase", ", ".join(f"{k} {v:.1f}" for k, v in phases.items()
+                                                     if isinstance(v, (int, float)))))
+    return rows
+
+
 def _stats_table(data: ReportData) -> list[str]:
     stats = data.stats
-    lines = ["| stat | value |", "| --- | --- |"]
-    for key, label in STAT_ROWS:
-        if key in stats:
-            value = stats[key]
-            value = f"{value:.2f}" if isinstance(value, float) else str(value)
-            lines.append(f"| {label} | {value} |")
-    phases = stats.get("phase_seconds") or {}
-    if phases:
-        lines.append("| seconds per phase | " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + " |")
+    lines = ["| stat | value |", "| --- | --- |"] + [f"| {label} | {value} |" for label, value in stat_lines(stats)]
     for message in stats.get("search_error_messages", [])[:5]:
         lines.append(f"| search error | {md_inline(message)} |")
     if stats.get("unresponsive_engines"):

@@ -146,13 +146,20 @@ class Guard:
         return None
 
 
-async def read_json(request: Request, cap: int) -> dict:
-    """The request's JSON object, read with a cap even when no Content-Length was sent."""
+async def read_capped(request: Request, cap: int, refuse: Callable[[str], Exception]) -> bytes:
+    """The request's body, read with a cap even when no Content-Length was sent; over the cap,
+    ``refuse(reason)`` is raised (a 413 of the API or of a page)."""
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > cap:
-            raise Refusal(413, f"request body over {cap} bytes")
+            raise refuse(f"request body over {cap} bytes")
+    return body
+
+
+async def read_json(request: Request, cap: int) -> dict:
+    """The request's JSON object, read with a cap even when no Content-Length was sent."""
+    body = await read_capped(request, cap, lambda reason: Refusal(413, reason))
     try:
         data = json.loads(body or b"null")
     except ValueError:

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from .contracts import BACKENDS, PROFILES
 from .errors import ApplianceError
 from .jobs import FINISHED, STATUSES, Job, JobQueue, JobRequest, QueueFull, valid_job_id
-from .serve import Refusal, log
+from .serve import Refusal, log, read_capped
 
 CSRF_COOKIE = "appliance_csrf"
 CSRF_FIELD = "csrf"
@@ -118,11 +118,7 @@ async def read_form(request: Request, cap: int) -> dict[str, list[str]]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise PageRefusal(415, "a form post must be application/x-www-form-urlencoded")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:
-            raise PageRefusal(413, f"form over {cap} bytes")
+    body = await read_capped(request, cap, lambda reason: PageRefusal(413, reason))
     try:
         form = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_BULK + 20)
     except (UnicodeDecodeError, ValueError):

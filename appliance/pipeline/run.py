@@ -19,6 +19,7 @@ from ..questions import clean_question, run_id_for
 from ..report import render_json, render_markdown
 from . import prompts
 from .parts import ACCOUNTING_FIELDS, Models
+from .checks import CHECKS
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
@@ -97,7 +98,11 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
     _finish_stats(run, models, before)
     data.stats = run.stats.to_dict()
     data.checks_disabled = sorted(run.checks.switches.disabled)
-    data.checks_fired = list(run.checks.log)
+    # In the registry's order, then by what each fired on: the same on every run of the same
+    # calls, whichever node's thread got there first (checks.jsonl keeps the order of events).
+    order = {c.id: i for i, c in enumerate(CHECKS)}
+    data.checks_fired = sorted(run.checks.log, key=lambda e: (order[e["check"]], str(e["on"]),
+                                                              json.dumps(e, sort_keys=True, default=str)))
     result = _write_outputs(run, data, Path(out_dir or settings.output.reports_dir), report_name or run_id)
     if data.status == RunStatus.plan_failed:
         failure_code = ModelOutputError.exit_code

@@ -77,6 +77,11 @@ def run_folder(home: Path, run_id: str) -> dict[str, object]:
                 # Cache hits and token counts differ between a cold and a warm cache: the calls
                 # themselves (key, purpose) do not.
                 records = sorted((r["key"], r["purpose"]) for r in records)
+            else:
+                # Logs are written as things happen on the run's node threads (a node's record
+                # when it finishes, a check's when it fires): their order follows thread timing,
+                # their content does not.
+                records = sorted(records, key=lambda r: json.dumps(r, sort_keys=True))
             content[path.name] = records
         else:
             content[path.name] = path.read_text(encoding="utf-8")

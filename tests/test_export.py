@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -40,13 +41,17 @@ def _pdf_skip_reason() -> str | None:
 def real_run(musique_corpus, tmp_path_factory):
     """One research run of the test model with every export asked for; (report JSON path, result)."""
     settings, corpus = musique_corpus
+    # A state folder of its own with the session's corpus: sharing the session's call cache
+    # would make the end-to-end tests' run of the same question a replay.
+    home = tmp_path_factory.mktemp("export-home")
+    shutil.copytree(settings.home / "lancedb", home / "lancedb")
     out = tmp_path_factory.mktemp("export-reports")
     formats = ["html", "bibtex", "ris", "csl-json"] + ([] if _pdf_skip_reason() else ["pdf"])
     args = ["research", QUESTION, "--profile", "quick", "--corpus", corpus, "--backend", "corpus",
             "--out", str(out)]
     for fmt in formats:
         args += ["--export", fmt]
-    result = CliRunner().invoke(main, args, env={"APPLIANCE_HOME": str(settings.home)})
+    result = CliRunner().invoke(main, args, env={"APPLIANCE_HOME": str(home)})
     assert result.exit_code == 0, result.output
     md_path = Path(result.stdout.strip().splitlines()[-1])
     return md_path.with_suffix(".json"), result, formats

@@ -96,7 +96,7 @@ def test_corpus_add_summary_counts_files_and_skips_with_reasons(tmp_path):
 def test_a_pdf_page_is_cited_as_file_and_page_with_its_quote_verbatim(tmp_path):
     from appliance.contracts import (Importance, MergedClaim, QuoteRef, ReportData, RunStatus, SourceQuality,
                                      Verdict)
-    from appliance.pipeline.quotes import find_quote
+    from appliance.pipeline.anchor import find_quote
     from appliance.report import render_json, render_markdown
     from appliance.sources.corpus import Corpus, CorpusResolver
 

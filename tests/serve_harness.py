@@ -35,6 +35,15 @@ def make_tiny_corpus(settings, folder: Path, name: str = "tiny") -> str:
     return name
 
 
+def tiny_home(folder: Path) -> Path:
+    """A state folder (``folder``/home) holding the tiny corpus, its documents in ``folder``/docs."""
+    from conftest import make_settings
+
+    home = folder / "home"
+    make_tiny_corpus(make_settings(home), folder / "docs")
+    return home
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -9,17 +9,14 @@ import socket
 import httpx
 import pytest
 
-from conftest import make_settings
-from serve_harness import Server, make_tiny_corpus
+from serve_harness import Server, tiny_home
 
 QUESTION = "Who named Aurora Lake?"
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("serve-abuse")
-    make_tiny_corpus(make_settings(home), home / "docs")
-    return home
+    return tiny_home(tmp_path_factory.mktemp("serve-abuse"))
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import shutil
 import httpx
 import pytest
 
-from conftest import TEST_MODEL, make_settings, require_model_file
-from serve_harness import Server, make_tiny_corpus
+from conftest import TEST_MODEL, require_model_file
+from serve_harness import Server, tiny_home
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -25,9 +25,7 @@ QUESTION = "Who named Aurora Lake?"
 @pytest.fixture
 def home(tmp_path):
     require_model_file()
-    home = tmp_path / "home"
-    make_tiny_corpus(make_settings(home), tmp_path / "docs")
-    return home
+    return tiny_home(tmp_path)
 
 
 def test_submit_watch_report_and_citation_quote(home):

@@ -10,8 +10,8 @@ import json
 import httpx
 import pytest
 
-from conftest import cached_calls, make_settings, require_model_file
-from serve_harness import Server, make_tiny_corpus, wait_status
+from conftest import cached_calls, require_model_file
+from serve_harness import Server, tiny_home, wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,7 @@ FIELDS = {"profile": "quick", "corpus": "tiny", "backend": "corpus", "model": "s
 @pytest.fixture
 def home(tmp_path):
     require_model_file()
-    home = tmp_path / "home"
-    make_tiny_corpus(make_settings(home), tmp_path / "docs")
-    return home
+    return tiny_home(tmp_path)
 
 
 def submit(client: httpx.Client, question: str) -> str:

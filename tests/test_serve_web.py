@@ -11,8 +11,7 @@ import re
 import httpx
 import pytest
 
-from conftest import make_settings
-from serve_harness import Server, make_tiny_corpus
+from serve_harness import Server, tiny_home
 
 QUESTION = "Who named Aurora Lake?"
 PAGES = ("/", "/history", "/corpora", "/corpora?name=tiny&q=Mira+Holt")
@@ -20,9 +19,7 @@ PAGES = ("/", "/history", "/corpora", "/corpora?name=tiny&q=Mira+Holt")
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("serve-web")
-    make_tiny_corpus(make_settings(home), home / "docs")
-    return home
+    return tiny_home(tmp_path_factory.mktemp("serve-web"))
 
 
 @pytest.fixture(scope="module")

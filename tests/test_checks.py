@@ -375,3 +375,12 @@ def test_a_check_switched_off_does_not_fire_and_its_effect_is_gone(tmp_path, all
         assert "Submarines patrol distant oceans constantly." in statements
     if check_id == "page-gate":
         assert off.report["stats"]["sources_off_topic"] == 0 < all_on.report["stats"]["sources_off_topic"]
+
+
+def test_ablating_an_unknown_or_unswitchable_check_is_refused_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    demo = PIPELINE.parent.parent / "data" / "demo"
+    for check_id, words in (("quote-anchor", "cannot be switched off"), ("answer-shape", "unknown check")):
+        result = CliRunner().invoke(main, ["ablate", str(demo), "--check", check_id, "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and words in result.output, result.output
+        assert "indexing" not in result.output and not (tmp_path / "home" / "lancedb").exists()

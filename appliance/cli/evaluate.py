@@ -109,11 +109,12 @@ def ablate(dataset_dirs, limit, check_ids, profile, model_name, out_dir):
     question; writes ablation.md. Rerunning resumes, and a call whose prompt the check did
     not change replays from the cache.
     """
-    from ..evaluation.ablation import ablate as run_ablation, render
+    from ..evaluation.ablation import ablate as run_ablation, render, switchable_checks
     from ..evaluation.runner import corpus_name_for, load_dataset
     from ..pipeline.parts import open_run_parts
     from ..sources.corpus import Corpus
 
+    checks = switchable_checks(list(check_ids)) if check_ids else None  # before any work
     datasets = [load_dataset(folder, limit) for folder in dataset_dirs]
     report: list[str] = []
     for dataset in datasets:
@@ -126,7 +127,7 @@ def ablate(dataset_dirs, limit, check_ids, profile, model_name, out_dir):
         models, search, fetcher, embedder = open_run_parts(settings)
         with fetcher:
             rows = run_ablation(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
-                                backend=search, checks=list(check_ids) or None,
+                                backend=search, checks=checks,
                                 log=lambda s: click.echo(s, err=True))
         report.append(render(rows, f"{dataset.name}, {len(dataset.questions)} questions, "
                                    f"profile {settings.pipeline.profile}, model {models.label()}"))

@@ -12,12 +12,23 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import Settings
-from ..pipeline.checks import BY_ID, SWITCHABLE
+from ..pipeline.checks import BY_ID, SWITCHABLE, check_disabled
 from . import scoring
 from .runner import Dataset, EvalRun
 
 # Checks whose switching off changes the baselines' answers too.
 _ANSWER_PHASES = ("answer", "any")
+
+
+def switchable_checks(ids: list[str]) -> list[str]:
+    """``ids`` checked against the registry: UsageError naming one that is unknown or cannot be
+    switched off."""
+    from ..errors import UsageError
+
+    try:
+        return check_disabled(ids)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def paired(own: list[dict], other: list[dict], metric: str) -> dict | None:
@@ -48,12 +59,7 @@ def ablate(settings: Settings, dataset: Dataset, out_root: Path, *, models, fetc
     """One row per configuration: all checks on first, then each of ``checks`` (default: every
     switchable one) off in turn, with F1, supporting-passage recall, seconds and model calls per
     question, and the paired F1 difference against all on. Answers resume from ``out_root``."""
-    wanted = list(checks or SWITCHABLE)
-    for check_id in wanted:
-        if check_id not in SWITCHABLE:
-            from ..errors import UsageError
-
-            raise UsageError(f"check {check_id!r} is not a switchable check", hint="see `appliance checks`")
+    wanted = switchable_checks(checks) if checks else list(SWITCHABLE)
 
     def answer(disabled: list[str], modes: list[str]) -> list[dict]:
         configured = settings.with_overrides({"checks.disabled": sorted(set(settings.checks.disabled) | set(disabled))},

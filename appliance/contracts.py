@@ -297,6 +297,9 @@ class NodeState(_Rec):
     findings: str = ""
     gaps: list[str] = []
     from_gap_round: bool = False
+    # Its answer is left out of the final answer's chain: it asks the whole question, and the
+    # gap round found the evidence short of answering it (check chain-superseded).
+    answer_superseded: bool = False
     # The question as asked, researched beside the plan's sub-questions (see run.py).
     whole_question: bool = False
     # One of the things the question compares, researched on its own (see run.py).

@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from appliance.cli import main
-from appliance.contracts import (Extraction, GapQuestions, Plan, PlanNode, ReportDraft, SearchQueries,
+from appliance.contracts import (Extraction, GapQuestions, IterativeStep, Plan, PlanNode, ReportDraft, SearchQueries,
                                  ShortAnswer)
 from appliance.pipeline.anchor import quotable_sentences
 from appliance.pipeline.parts import Models
@@ -157,6 +157,7 @@ def any_page_script(nodes: list[str] | None = None, **over) -> dict:
         "answer": lambda m, s: ShortAnswer(answer="unknown"),
         "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
         "gaps": lambda m, s: GapQuestions(questions=[]),
+        "next-search": lambda m, s: IterativeStep(known="", next_search=""),
         "synthesize": lambda m, s: ReportDraft(
             answer="See the findings.", executive_summary="The verified claims are listed.",
             findings=[{"theme": "Findings", "statements": [{"text": "The first source says so.",

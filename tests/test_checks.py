@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from appliance.cli import main
 from appliance.config import load_settings
-from appliance.contracts import (Extraction, GapQuestions, Hit, NodeState, Plan, PlanNode, ReportDraft,
+from appliance.contracts import (Extraction, GapQuestions, IterativeStep, Hit, NodeState, Plan, PlanNode, ReportDraft,
                                  SearchQueries, ShortAnswer)
 from appliance.embed import get_embedder
 from appliance.errors import ConfigError
@@ -314,6 +314,7 @@ def _script():
         "answer": lambda m, s: ShortAnswer(answer="Velka"),
         "vote": vote,
         "gaps": lambda m, s: GapQuestions(questions=["Who wrote Dune, Frank Herbert?"]),
+        "next-search": lambda m, s: IterativeStep(known="", next_search=""),
         "synthesize": lambda m, s: ReportDraft(
             answer="Velka.", executive_summary="Ida Brandt founded Radio Ardmore in 1931.",
             findings=[{"theme": "Founder", "statements": [

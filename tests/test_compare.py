@@ -8,7 +8,7 @@ import json
 import pytest
 
 from appliance.config import load_settings
-from appliance.contracts import (Extraction, GapQuestions, Hit, NodeState, Plan, PlanNode, ReportDraft,
+from appliance.contracts import (Extraction, GapQuestions, IterativeStep, Hit, NodeState, Plan, PlanNode, ReportDraft,
                                  SearchQueries, ShortAnswer)
 from appliance.embed import get_embedder
 from appliance.pipeline.forms import compared, compared_query
@@ -87,6 +87,7 @@ def _script(answer: str, with_lindqvist: bool = True):
         "answer": lambda m, s: ShortAnswer(answer=answer),
         "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
         "gaps": lambda m, s: GapQuestions(questions=[]),
+        "next-search": lambda m, s: IterativeStep(known="", next_search=""),
         "synthesize": lambda m, s: ReportDraft(answer="", executive_summary="", findings=[], open_questions=[]),
     }
 

@@ -179,11 +179,27 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
     assert ablated.exit_code == 0, ablated.output
     table = (tmp_path / "ablate" / "mini" / "ablation.md").read_text()
     assert "| all on |" in table and "| answer-part |" in table and table in ablated.stdout
-    for label in ("all-on", "answer-part"):
+    base = [json.loads(line) for line in (tmp_path / "ablate" / "mini" / "all-on" / "results.jsonl").read_text().splitlines()]
+    assert all(isinstance(r["checks_fired"], list) for r in base)
+    fired = any("answer-part" in r["checks_fired"] for r in base)
+    # A check that fired on no answer is not run again: off, it would change nothing.
+    assert (tmp_path / "ablate" / "mini" / "answer-part").exists() is fired
+    assert ("| answer-part | never fired" in table) is not fired
+    for label in ("all-on", "answer-part") if fired else ("all-on",):
         rows = [json.loads(line) for line in (tmp_path / "ablate" / "mini" / label / "results.jsonl").read_text().splitlines()]
         assert sorted(r["mode"] for r in rows) == ["pipeline", "rag"]
         # What no check changes replays: all on is the eval above, and rag's prompt is the same.
         assert all(r["model_calls"] == 0 for r in rows if label == "all-on" or r["mode"] == "rag"), rows
+
+
+def test_an_ablation_skips_only_a_check_known_to_have_fired_on_nothing():
+    from appliance.evaluation.ablation import never_fired
+
+    rows = [{"mode": "pipeline", "checks_fired": ["answer-part"]}, {"mode": "rag", "checks_fired": []}]
+    assert never_fired("page-gate", rows)
+    assert not never_fired("answer-part", rows)
+    # An answer recorded before rows named their checks: not known, so the check is run.
+    assert not never_fired("page-gate", rows + [{"mode": "pipeline"}])
 
 
 # ------------------------------------------------------------------ eval through SearXNG

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from appliance.config import load_settings
-from appliance.contracts import (Extraction, NodeState, GapQuestions, Hit, Importance, Plan, PlanNode,
+from appliance.contracts import (Extraction, NodeState, GapQuestions, IterativeStep, Hit, Importance, Plan, PlanNode,
                                  ReportDraft, SearchQueries, ShortAnswer, VoteRecord, VoteVerdict)
 from appliance.embed import get_embedder
 from appliance.pipeline.plan import check_plan, plan_faults, plan_research, topo_order
@@ -59,6 +59,7 @@ def script(votes=None, **over):
         "answer": lambda m, s: ShortAnswer(answer="Lisbon"),
         "vote": votes,
         "gaps": lambda m, s: GapQuestions(questions=[]),
+        "next-search": lambda m, s: IterativeStep(known="", next_search=""),
         "synthesize": lambda m, s: ReportDraft(
             answer="Jane Roe, born in Lisbon.", executive_summary="Jane Roe founded Alpha Corp in 1901.",
             findings=[{"theme": "Founder", "statements": [
@@ -828,6 +829,66 @@ def test_gap_round_runs_once_and_never_recurses(flow_settings, tmp_path):
     gap_nodes = [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]]
     assert [n["id"] for n in gap_nodes] == ["g1", "g2"]
     assert result.report["stats"]["gap_nodes"] == 2
+
+
+def test_with_no_gaps_the_gap_round_names_its_search_from_the_verified_quotes(flow_settings, tmp_path):
+    """Nodes that answered leave no gaps: one step reads the verified quotes and names the one
+    search still missing, researched as one more node; none when the step says the quotes
+    answer, when it repeats a search already run, or when the step fails (the run goes on)."""
+    seen = []
+    # One sub-question, which its claims answer: no gap is left.
+    settings = flow_settings.with_overrides({"pipeline.min_nodes": 1})
+    one_node = lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Who founded Alpha Corp?")])
+
+    def step(messages, seed):
+        seen.append(messages[-1]["content"])
+        return IterativeStep(known="Jane Roe founded Alpha Corp.", next_search="Jane Roe birthplace Lisbon")
+
+    engine = FakeEngine(script(plan=one_node, **{"next-search": step}))
+    result = run_fake(settings, tmp_path, engine)
+    purposes = [p for p, _ in engine.calls]
+    assert purposes.count("next-search") == 1 and "gaps" not in purposes, (purposes, result.report["plan"]["nodes"])
+    # It read what the sources say: the verified claims' quotes, with their titles.
+    assert "Jane Roe was born in 1870 in Lisbon" in seen[0] or "Alpha Corp was founded in 1901 by Jane Roe" in seen[0]
+    [node] = [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]]
+    assert node["question"] == "Jane Roe birthplace Lisbon" and node["queries"] == ["Jane Roe birthplace Lisbon"]
+    assert result.report["stats"]["gap_nodes"] == 1
+
+    for answer, why in ((IterativeStep(known="", next_search=""), "answered"),
+                        (IterativeStep(known="", next_search="WHO FOUNDED ALPHA CORP?"), "a sub-question already asked"),
+                        (IterativeStep(known="", next_search="Frank Herbert birthplace"), "the prompt's example"),
+                        (fail("next-search"), "failed")):
+        engine = FakeEngine(script(plan=one_node, **{"next-search": lambda m, s, a=answer: a}))
+        result = run_fake(settings, tmp_path / why.replace(" ", "-"), engine)
+        assert result.status == "complete", why
+        assert not [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]], why
+        assert result.report["stats"]["gap_nodes"] == 0, why
+    assert result.report["stats"]["model_failures"] == 1
+
+
+@pytest.mark.parametrize("next_search", ["Jane Roe birthplace", ""])
+def test_an_answer_to_the_whole_question_leaves_the_chain_when_a_further_search_is_named(
+        flow_settings, tmp_path, next_search):
+    """Check chain-superseded: a sub-question that is the question as asked answered "Springfield";
+    the step, reading every verified quote, found them short and named a search: that answer is
+    not offered to the final answer as a step of its chain. With no search named it stays."""
+    settings = flow_settings.with_overrides({"pipeline.min_nodes": 1})
+    whole = lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Where was the founder of Alpha Corp born?")])
+    answer_prompts = []
+
+    def answer(messages, seed):
+        answer_prompts.append(messages[-1]["content"])
+        return ShortAnswer(answer="Lisbon")
+
+    engine = FakeEngine(script(plan=whole, answer=answer,
+                               **{"node-answer": lambda m, s: ShortAnswer(answer="Springfield"),
+                                  "next-search": lambda m, s: IterativeStep(known="", next_search=next_search)}))
+    result = run_fake(settings, tmp_path, engine)
+    [q1] = [n for n in result.report["plan"]["nodes"] if n["id"] == "q1"]
+    assert q1["answer"] == "Springfield" and q1["answer_superseded"] is bool(next_search)
+    chained = "Where was the founder of Alpha Corp born? Springfield" in answer_prompts[0]
+    assert chained is not bool(next_search)
+    assert ("chain-superseded" in result.report["checks"]["counts"]) is bool(next_search)
 
 
 def test_barrier_waits_for_every_node(flow_settings, tmp_path):

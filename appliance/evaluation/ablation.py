@@ -49,6 +49,16 @@ def paired(own: list[dict], other: list[dict], metric: str) -> dict | None:
             "ties": len(diffs) - wins - losses}
 
 
+def never_fired(check_id: str, rows: list[dict]) -> bool:
+    """Whether ``check_id`` fired on none of ``rows`` (answers with all checks on); False when a
+    row does not say which checks fired (an answer recorded before rows listed them)."""
+    return all(r.get("checks_fired") is not None and check_id not in r["checks_fired"] for r in rows)
+
+
+def rows_of(rows: list[dict], mode: str) -> list[dict]:
+    return [r for r in rows if r["mode"] == mode]
+
+
 def _mean(rows: list[dict], key: str) -> float | None:
     values = [float(r[key]) for r in rows if r.get(key) is not None]
     return sum(values) / len(values) if values else None
@@ -72,12 +82,18 @@ def ablate(settings: Settings, dataset: Dataset, out_root: Path, *, models, fetc
     base_modes = ["pipeline", "rag"]
     base = answer([], base_modes)
     base_pipeline = [r for r in base if r["mode"] == "pipeline"]
-    rows = [_row("all on", base_pipeline, base_pipeline, [r for r in base if r["mode"] == "rag"])]
+    rows = [_row("all on", base_pipeline, base_pipeline, rows_of(base, "rag"))]
     for check_id in wanted:
         modes = base_modes if BY_ID[check_id].phase in _ANSWER_PHASES else ["pipeline"]
+        if never_fired(check_id, [r for r in base if r["mode"] in modes]):
+            # Switched off, a check that changed nothing gives the same answers: not run again.
+            rows.append({**_row(check_id, base_pipeline, base_pipeline, rows_of(base, "rag")),
+                         "never_fired": True})
+            log(f"{check_id}: fired on no answer with all checks on; the same as all on")
+            continue
         got = answer([check_id], modes)
         mine = [r for r in got if r["mode"] == "pipeline"]
-        rag = [r for r in got if r["mode"] == "rag"] or [r for r in base if r["mode"] == "rag"]
+        rag = rows_of(got, "rag") or rows_of(base, "rag")
         rows.append(_row(check_id, mine, base_pipeline, rag))
     return rows
 
@@ -108,6 +124,9 @@ def render(rows: list[dict], title: str) -> str:
              "| without | F1 | F1 - all on [95%] w/l/t | F1 - rag [95%] w/l/t | SP recall | s/question | x all on | calls/question |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        if r.get("never_fired"):
+            lines.append(f"| {r['without']} | never fired: the same as all on | | | | | | |")
+            continue
         lines.append(f"| {r['without']} | {num(r['f1'])} | {diff(r['f1_vs_all_on'])} | {diff(r['f1_vs_rag'])} | "
                      f"{num(r['sp_recall'])} | {num(r['seconds'], '{:.1f}')} | {num(r['seconds_vs_all_on'], '{:.2f}')} | "
                      f"{num(r['model_calls'], '{:.1f}')} |")

@@ -7,7 +7,7 @@
   over every passage found.
 - ``closed-book``: the short-answer call alone, from the model's memory.
 
-Every answer goes through ``forms.short_answer_or_empty``, the checks the pipeline's own
+Every answer goes through ``forms.checked_answer``, the checks the pipeline's own
 direct answer passes (the asked form, no restating of the question, no "unknown", yes or no
 only for a yes/no question, the part of a sentence that answers; and, where passages were
 read, resting on them), so all modes are scored on one set of terms. The raw model answer is
@@ -23,7 +23,7 @@ from ..contracts import IterativeStep, ShortAnswer, Source
 from ..errors import ModelOutputError
 from ..pipeline import prompts
 from ..pipeline.checks import ALL_ON, Switches
-from ..pipeline.forms import short_answer_or_empty
+from ..pipeline.forms import checked_answer
 
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
@@ -38,6 +38,7 @@ class BaselineAnswer:
     raw: str
     cited_urls: list[str] = field(default_factory=list)
     searches: list[str] = field(default_factory=list)
+    fired: list[str] = field(default_factory=list)  # the answer checks that fired on it
 
 
 def passages_text(sources: list[Source]) -> str:
@@ -47,11 +48,13 @@ def passages_text(sources: list[Source]) -> str:
 
 
 def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float,
-            switches: Switches) -> tuple[str, str]:
+            switches: Switches) -> tuple[str, str, list[str]]:
+    """The checked answer, the raw one, and the ids of the answer checks that fired."""
     messages = prompts.short_answer(question, evidence, _today())
     out = writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
                             temperature=temperature)
-    return short_answer_or_empty(out.answer, evidence, question, switches), out.answer
+    answer, fired = checked_answer(out.answer, evidence, question, switches)
+    return answer, out.answer, fired
 
 
 def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:
@@ -67,8 +70,8 @@ def rag(question: str, *, writer, backend, fetcher, temperature: float,
     """One retrieval of the question's top passages and one short-answer call."""
     hits = backend.search(question, RAG_PASSAGES)
     sources = [s for s in fetcher.fetch_many([h.url for h in hits]) if s.ok]
-    answer, raw = _answer(writer, question, passages_text(sources), "rag-answer", temperature, switches)
-    return BaselineAnswer(answer, raw, [h.url for h in hits], [question])
+    answer, raw, fired = _answer(writer, question, passages_text(sources), "rag-answer", temperature, switches)
+    return BaselineAnswer(answer, raw, [h.url for h in hits], [question], fired)
 
 
 def iterative(question: str, *, writer, backend, fetcher, temperature: float,
@@ -94,14 +97,14 @@ def iterative(question: str, *, writer, backend, fetcher, temperature: float,
         query = " ".join(step.next_search.split())
         if not query or query.lower() in (s.lower() for s in searches):
             break
-    answer, raw = _answer(writer, question, passages_text(sources), "iterative-answer", temperature, switches)
-    return BaselineAnswer(answer, raw, seen, searches)
+    answer, raw, fired = _answer(writer, question, passages_text(sources), "iterative-answer", temperature, switches)
+    return BaselineAnswer(answer, raw, seen, searches, fired)
 
 
 def closed_book(question: str, *, writer, temperature: float, switches: Switches = ALL_ON) -> BaselineAnswer:
     """The model alone: no passages (the answer's form is checked, not its grounding)."""
-    answer, raw = _answer(writer, question, None, "closed-book-answer", temperature, switches)
-    return BaselineAnswer(answer, raw)
+    answer, raw, fired = _answer(writer, question, None, "closed-book-answer", temperature, switches)
+    return BaselineAnswer(answer, raw, fired=fired)
 
 
 def _today() -> str:

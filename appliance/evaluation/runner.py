@@ -156,13 +156,14 @@ class EvalRun:
         searches: list[str] = []
         cited: list[str] = []
         run_stats: dict[str, Any] = {}
+        fired: list[str] = []
         try:
             if mode == "pipeline":
-                answer, cited, faithful, status, run_stats = self._pipeline(item)
+                answer, cited, faithful, status, run_stats, fired = self._pipeline(item)
             else:
                 base = self._baseline(item, mode)
                 answer, raw, cited = base.answer, base.raw, [passage_id(u) for u in base.cited_urls]
-                searches = base.searches
+                searches, fired = base.searches, base.fired
         except ModelOutputError as exc:
             status = f"failed: {exc.message}"
         seconds = time.monotonic() - start
@@ -186,9 +187,12 @@ class EvalRun:
                ("model_calls", "cache_hits", "tokens_submitted", "tokens_evaluated", "tokens_generated")},
             "llm_seconds": round(after["llm_seconds"] - before["llm_seconds"], 3),
             "run_stats": {k: run_stats.get(k) for k in PIPELINE_STATS if k in run_stats},
+            # The checks that changed something in this answer (an ablation skips a check that
+            # fired on no answer: switched off, it would give the same answers).
+            "checks_fired": sorted(set(fired)),
         }
 
-    def _pipeline(self, item: dict) -> tuple[str, list[str], tuple[int, int], str, dict]:
+    def _pipeline(self, item: dict) -> tuple[str, list[str], tuple[int, int], str, dict, list[str]]:
         from ..pipeline.run import research
 
         result = research(item["question"], self.settings, models=self.models, backend=self.backend,
@@ -198,7 +202,8 @@ class EvalRun:
         faithful = quote_faithfulness(report, lambda url: self.fetcher.fetch(url).text)
         # The report's direct answer: drawn from its confirmed claims and their quotes by the same
         # short-answer prompt rag and closed-book use (one call of the run, counted in its stats).
-        return report.get("short_answer", ""), cited, faithful, result.status, report.get("stats", {})
+        fired = [check for check, count in (report.get("checks") or {}).get("counts", {}).items() if count]
+        return report.get("short_answer", ""), cited, faithful, result.status, report.get("stats", {}), fired
 
     def _baseline(self, item: dict, mode: str) -> BaselineAnswer:
         writer, temperature = self.models.writer, self.settings.llm.answer_temperature

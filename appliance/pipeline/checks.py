@@ -121,6 +121,11 @@ CHECKS: tuple[Check, ...] = (
           "Shows the final answer a sub-question's answer only when that answer rests on the "
           "verified evidence.",
           "forms:answer_rests_on"),
+    Check("chain-superseded", "answer",
+          "Leaves out of the final answer's chain the answer of a sub-question that asks the whole "
+          "question when the gap round's step found the verified evidence short of answering it "
+          "and named a further search.",
+          "gaps:asks_the_question", ("pipeline.gap_questions",)),
     Check("answer-both-sides", "answer",
           "Drops a yes or no answer to a question comparing two named things unless a verified "
           "claim names each of them.",

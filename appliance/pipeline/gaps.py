@@ -1,4 +1,7 @@
-"""Gaps: one round only. The nodes' open gaps become at most N new sub-questions.
+"""Gaps: one round only. The nodes' open gaps become at most N new sub-questions; where the
+nodes left no gaps (one reading pass each records none), the next hop is named from what was
+verified: one step reads the question and the verified claims' quotes and names the one search
+still missing (retrieve, read, retrieve again with what was learnt), which becomes one node.
 
 The round is a single step of the orchestrator, never a loop: the new nodes' own gaps are
 not looked at again.
@@ -6,7 +9,7 @@ not looked at again.
 
 from __future__ import annotations
 
-from ..contracts import GapQuestions, MergedClaim, NodeState, bounded
+from ..contracts import GapQuestions, IterativeStep, MergedClaim, NodeState, bounded
 from . import prompts
 from .forms import echoes_example
 from .gather import dedupe_text
@@ -23,8 +26,10 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
     """New sub-questions for the gap round (empty when there are no gaps or the round is off)."""
     limit = run.settings.pipeline.gap_questions
     gaps = collect_gaps(nodes)
-    if limit <= 0 or not gaps:
+    if limit <= 0:
         return []
+    if not gaps:
+        return next_search_nodes(run, nodes, confirmed)
     known = "\n".join(f"- {c.text}" for c in confirmed[:MAX_KNOWN])
     messages = prompts.gaps(run.ctx, "\n".join(f"- {g}" for g in gaps[:8]), known, limit)
     out = ask(run, run.models.planner, messages, bounded(GapQuestions, questions=(0, limit)),
@@ -42,3 +47,53 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
             asked.add(question.lower())
             new.append(NodeState(id=f"g{len(new) + 1}", question=question, from_gap_round=True))
     return new
+
+
+# Verified quotes the next-search step reads at most (best-ranked first).
+MAX_STEP_QUOTES = 8
+
+
+def next_search_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedClaim]) -> list[NodeState]:
+    """The next hop, named from the verified evidence: one step reads the question and the
+    confirmed claims' quotes (what the sources say, not the model's wording of it) and names
+    the one search that would find what is still missing, or none when they answer the
+    question. A plan that never reached the second hop ("Who founded the firm that built the
+    Velka bridge?" researched as asked finds the builder, not its founder) gets it here: the
+    search names what the first reading found ("Brandt and Sons founder"). The search becomes
+    one node of the gap round, searched as it is; a search already run, or one that copies the
+    prompt's example, is not."""
+    quotes: list[str] = []
+    for claim in confirmed:
+        for ref in claim.quotes[:1]:
+            source = run.sources.get(ref.source_url)
+            title = source.title if source is not None else ""
+            quotes.append(f"[{len(quotes) + 1}] {title}: {ref.quote}")
+        if len(quotes) >= MAX_STEP_QUOTES:
+            break
+    searches = dedupe_text([q for node in nodes for q in node.queries])
+    messages = prompts.iterative_step(run.ctx.question, "\n\n".join(quotes) or "nothing found yet",
+                                      searches or [run.ctx.question], run.ctx.today)
+    step = ask(run, run.models.planner, messages, IterativeStep, max_tokens=prompts.ITERATIVE_STEP_TOKENS,
+               purpose="next-search")
+    if step is None:
+        return []
+    search = " ".join(step.next_search.split())[:150]
+    if not search or search.lower() in {q.lower() for q in searches} | {n.question.lower() for n in nodes}:
+        return []
+    if run.checks.applies("example-echo", lambda: echoes_example(search, run.ctx.question, *quotes),
+                          on=f"next search {search!r}"):
+        return []
+    for node in nodes:
+        # The step read every verified quote and found them short of the answer: a node's
+        # answer to the whole question, read from fewer of them, is a guess, not a step of
+        # the chain the final answer follows.
+        if node.answer and run.checks.applies("chain-superseded", lambda: asks_the_question(node, run.ctx.question),
+                                              on=f"answer of {node.id}", answer=node.answer):
+            node.answer_superseded = True
+    return [NodeState(id="g1", question=search, from_gap_round=True)]
+
+
+def asks_the_question(node: NodeState, question: str) -> bool:
+    """Check chain-superseded: whether a sub-question is the question as asked (case and
+    spacing aside), as a plan with no fit draw researches it."""
+    return " ".join(node.question.lower().split()) == " ".join(question.lower().split())

@@ -128,7 +128,7 @@ def chain_listing(nodes: list[NodeState], evidence: str, switches: Switches = AL
     claims were all killed is left out)."""
     keep = not switches.on("chain-rests")
     return "\n".join(f"- {n.asked} {n.answer}" for n in nodes
-                     if n.answer and (keep or answer_rests_on(n.answer, evidence)))
+                     if n.answer and not n.answer_superseded and (keep or answer_rests_on(n.answer, evidence)))
 
 
 # Claims the direct answer cites per step of its chain (each answered sub-question, then the

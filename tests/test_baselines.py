@@ -85,8 +85,10 @@ def test_baselines_answers_pass_the_pipelines_answer_checks():
     engine = FakeEngine({"rag-answer": lambda m, s: ShortAnswer(answer="unknown"),
                          "closed-book-answer": lambda m, s: ShortAnswer(answer="Yes")})
     rag = baselines.rag(QUESTION, writer=engine, backend=Collection(), fetcher=Fetcher(), temperature=0.0)
-    assert rag.answer == "" and rag.raw == "unknown"
+    assert rag.answer == "" and rag.raw == "unknown" and rag.fired == ["answer-none"]
+    assert out.fired == ["answer-rests"]
     # Yes answers only a yes/no question; from memory nothing is read, so only the form counts.
     assert baselines.closed_book(QUESTION, writer=engine, temperature=0.0).answer == ""
     engine = FakeEngine({"closed-book-answer": lambda m, s: ShortAnswer(answer="Trelby.")})
-    assert baselines.closed_book(QUESTION, writer=engine, temperature=0.0).answer == "Trelby"
+    kept = baselines.closed_book(QUESTION, writer=engine, temperature=0.0)
+    assert kept.answer == "Trelby" and kept.fired == []

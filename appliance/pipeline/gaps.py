@@ -23,7 +23,8 @@ def collect_gaps(nodes: list[NodeState]) -> list[str]:
 
 
 def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedClaim]) -> list[NodeState]:
-    """New sub-questions for the gap round (empty when there are no gaps or the round is off)."""
+    """New sub-questions for the gap round: from the nodes' open gaps, else the one search the
+    next-search step names (empty when it names none or the round is off)."""
     limit = run.settings.pipeline.gap_questions
     gaps = collect_gaps(nodes)
     if limit <= 0:

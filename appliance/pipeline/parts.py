@@ -100,7 +100,8 @@ def _fixed_prompts(role: str) -> list[tuple[str, list[dict], int]]:
     ctx = prompts.Context(question="", today="2000-01-01")
     return {
         "planner": [("plan", prompts.plan(ctx, 1, 1), prompts.PLAN_TOKENS),
-                    ("gaps", prompts.gaps(ctx, "", "", 1), prompts.GAPS_TOKENS)],
+                    ("gaps", prompts.gaps(ctx, "", "", 1), prompts.GAPS_TOKENS),
+                    ("next-search", prompts.iterative_step("", "", [], ctx.today), prompts.ITERATIVE_STEP_TOKENS)],
         "extractor": [("queries", prompts.queries(ctx, "", "", 1), prompts.QUERIES_TOKENS),
                       ("extract", prompts.extract(ctx, "", "", "", None, "", 1), prompts.EXTRACT_TOKENS),
                       ("reflect", prompts.reflect(ctx, "", "", 1), prompts.REFLECT_TOKENS)],

@@ -110,6 +110,8 @@ class CorpusSettings(_Section):
     candidates: Count
     rrf_k: Count
     ann_min_rows: Zeroable
+    ocr: bool
+    ocr_languages: Annotated[str, Field(pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$")]
 
 
 class PipelineSettings(_Section):

@@ -172,6 +172,17 @@ def check_embedder(settings) -> str:
     return f"{getattr(embedder, 'name', 'embedder')}: {len(vectors[0])} dimensions, offline"
 
 
+def check_ocr(settings) -> Check:
+    """OCR for scanned PDF pages: optional (without it they are skipped, named)."""
+    from ..sources import ocr
+
+    with ocr.languages(settings.corpus.ocr_languages, settings.corpus.ocr):
+        found = ocr.program() is not None
+        detail = ocr.describe()
+    ok = found and "not installed" not in detail
+    return Check("ocr (scanned PDFs)", ok, detail, required=False)
+
+
 def check_searxng(settings) -> Check:
     url = settings.searxng.url
     if not url:
@@ -195,8 +206,8 @@ def doctor(skip_models: bool) -> None:
 
     Python and package versions, the state folder, the model manifest and each model (file,
     sha256, and that this llama.cpp build loads it and decodes a token, in a child process so
-    that a crash is reported, not suffered), the embedding model offline, and SearXNG when
-    searxng.url is set. Exits 1 when something a run needs is broken.
+    that a crash is reported, not suffered), the embedding model offline, OCR for scanned PDFs (optional), and SearXNG
+    when searxng.url is set. Exits 1 when something a run needs is broken.
     """
     settings = app().settings()
     checks = [check_python(), *check_packages(), _guard("state folder", lambda: check_state(settings))]
@@ -205,7 +216,7 @@ def doctor(skip_models: bool) -> None:
     model_checks = check_models(settings, load=not skip_models)
     for check in model_checks:
         click.echo(_line(check))
-    later = [_guard("embedding model", lambda: check_embedder(settings)), check_searxng(settings)]
+    later = [_guard("embedding model", lambda: check_embedder(settings)), check_ocr(settings), check_searxng(settings)]
     for check in later:
         click.echo(_line(check))
     failed = [c for c in checks + model_checks + later if not c.ok and c.required]

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from ..config import Settings, state_dir
 from ..contracts import Hit, Source
@@ -256,7 +256,7 @@ class Corpus:
         batch_chunks = 0
         seen: dict[str, str] = {}
         produced: set[str] = set()
-        for doc in iter_documents(paths, log, check):
+        for doc in self._documents(paths, log, check):
             report.documents += 1
             state = self._classify(doc, known, seen, report)
             if state is None:
@@ -287,6 +287,13 @@ class Corpus:
             self._drop()
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def _documents(self, paths: list[str | Path], log: ReadLog, check) -> Iterator[Document]:
+        """The documents of ``paths``, scanned PDF pages read in the configured OCR languages."""
+        from . import ocr
+
+        with ocr.languages(self.settings.corpus.ocr_languages, self.settings.corpus.ocr):
+            yield from iter_documents(paths, log, check)
 
     def _classify(self, doc: Document, known: dict[str, str], seen: dict[str, str],
                   report: AddReport) -> Optional[str]:

@@ -167,12 +167,28 @@ def _row_blocks(rows: Iterator[tuple[int, list[str]]], where: str, key: str) -> 
 # ---------------------------------------------------------------------- PDF
 
 def read_pdf(src: Src, name: str) -> Iterator[Part]:
-    """One part per page with text, cited by its printed page label (``p. xvii``, ``p. 17``)
-    and opened at its page index (``#page=19``)."""
+    """One part per page with text, cited by its printed page label (``p. xvii``, ``p. 17``;
+    ``p. 3 (OCR)`` for a scan read by OCR) and opened at its page index (``#page=19``). Scanned
+    pages that could not be read are one skip for the file, naming them and why."""
+    from . import ocr
     from .pdf import read_pdf_pages
 
+    unread: dict[str, list[str]] = {}
+    pages = 0
     for page in read_pdf_pages(src):
-        yield Part(text=page.text, location=f"p. {page.label}", key=f"p{page.index}", page=page.index)
+        pages += 1
+        if page.skipped:
+            unread.setdefault(page.skipped, []).append(f"p. {page.label}")
+            continue
+        where = f"p. {page.label}" + (" (OCR)" if page.ocr else "")
+        yield Part(text=page.text, location=where, key=f"p{page.index}", page=page.index)
+    for why, labels in unread.items():
+        shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+        if why == "no text layer":
+            scope = "a scanned PDF" if len(labels) == pages else f"{len(labels)} scanned page{'s' if len(labels) > 1 else ''}: {shown}"
+            yield Part(text="", skipped=f"no text layer ({scope}; {ocr.missing_hint()})")
+        else:
+            yield Part(text="", skipped=f"{len(labels)} scanned page{'s' if len(labels) > 1 else ''} not read ({shown}: {why})")
 
 
 # ---------------------------------------------------------------------- word processing

@@ -157,11 +157,12 @@ def _read_parts(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
     page by its printed label, ``p. 17``, its URL the file at that page), so that a citation
     names the place and a quote is checked against the text of that place alone."""
     uri = path.resolve().as_uri()
-    count = 0
+    count, reported = 0, False
     try:
         for part in _parts(path):
             if part.skipped:
                 log.skipped.append(f"{path}: {part.skipped}")
+                reported = True
                 continue
             if not part.text.strip():
                 continue
@@ -174,11 +175,8 @@ def _read_parts(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
         read = f" after {count} parts were read" if count else ""
         log.skipped.append(f"{path}: {reason(exc)}{read}")
         return
-    if count == 0:
-        if path.suffix.lower() == ".pdf":
-            log.skipped.append(f"{path}: no text layer (a scanned PDF; OCR it first)")
-        else:
-            log.skipped.append(f"{path}: no text")
+    if count == 0 and not reported:
+        log.skipped.append(f"{path}: no text")
 
 
 def _parts(path: Path) -> Iterator[Part]:

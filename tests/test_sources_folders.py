@@ -154,3 +154,25 @@ def test_a_corpus_made_before_files_were_recorded_is_added_to_as_it_is(tmp_path)
     assert corpus.get("r1").text == text and corpus.stats().documents == 6
     assert corpus.search("how much did revenue grow", limit=1)[0].title == "annual-report.pdf, p. 1"
     assert corpus.add([folder]).files_unchanged == 3
+
+
+def test_a_note_or_page_is_cited_with_a_link_to_its_file(tmp_path):
+    from appliance.sources.corpus import Corpus, CorpusResolver
+
+    folder = tmp_path / "Notizen ü"
+    folder.mkdir()
+    (folder / "kestrel.md").write_text("# Kestrel Dam\n\nThe Kestrel Dam was completed in 1962.\n")
+    (folder / "varn.txt").write_text("The Varn River rises in the northern hills.\n")
+    (folder / "board.html").write_text("<html><head><title>Water board</title></head><body><article>"
+                                       "<p>The water board employs 212 engineers across the valley.</p>"
+                                       "</article></body></html>")
+    settings = make_settings(tmp_path / "home", **{"search.backend": "corpus", "search.corpus": "notes"})
+    Corpus(settings, "notes").add([folder])
+    links = {}
+    for query in ("Kestrel Dam completed", "Varn River rises", "water board engineers"):
+        hit = Corpus(settings, "notes").search(query, limit=1)[0]
+        source = CorpusResolver(settings)(hit.url)
+        links[source.title] = source.link
+    assert links == {"Kestrel Dam": (folder / "kestrel.md").resolve().as_uri(),
+                     "varn": (folder / "varn.txt").resolve().as_uri(),
+                     "Water board": (folder / "board.html").resolve().as_uri()}

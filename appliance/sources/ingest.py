@@ -148,6 +148,8 @@ def _read_file(path: Path, doc_id: str, log: ReadLog, check: Optional[Check]) ->
     if not doc.text.strip():
         log.skipped.append(f"{path}: no text")
         return
+    # A citation of a local page or note opens the file itself, as a document's does.
+    doc.url = path.resolve().as_uri()
     doc.path, doc.file_hash = where, digest
     yield doc
 

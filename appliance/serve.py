@@ -320,7 +320,9 @@ def create_app(config: ServeConfig) -> ASGIApp:
 
         def collect():
             built = settings()
-            return [{"name": n, **_plain(corpus_stats(built, n))} for n in list_corpora(built)]
+            # Names and counts only: where the state folder lies on disk is not a client's business.
+            return [{k: v for k, v in {"name": n, **_plain(corpus_stats(built, n))}.items() if k != "path"}
+                    for n in list_corpora(built)]
 
         return JSONResponse({"corpora": await asyncio.to_thread(collect)})
 

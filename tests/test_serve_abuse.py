@@ -4,6 +4,7 @@ here (``--workers 0``), so nothing loads a model."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import httpx
@@ -126,10 +127,11 @@ def test_token_beyond_loopback(tmp_path):
         server.stop()
 
 
-def test_corpora_models_doctor(server):
+def test_corpora_models_doctor(server, home):
     with httpx.Client(base_url=server.url, timeout=120) as client:
         corpora = client.get("/api/corpora").json()["corpora"]
         assert [c["name"] for c in corpora] == ["tiny"] and corpora[0]["documents"] == 3
+        assert "path" not in corpora[0] and str(home) not in json.dumps(corpora)  # no disk paths
         hits = client.get("/api/corpora/tiny/search", params={"q": "Mira Holt surveyor"}).json()["hits"]
         assert hits and hits[0]["url"].startswith("corpus://tiny/")
         one_line_error(client.get("/api/corpora/tiny/search"), 400)

@@ -3,10 +3,15 @@
 A question whose report exists is skipped; an unfinished one is simply run again, and every
 model call and fetch it had finished replays from the caches. Reports are written under a
 temporary name and renamed, so a half-written report is never taken for a finished one.
+
+A question keeps the date it was first started in its output folder (``.started/<id>``), so
+that one resumed on a later day still replays: the run id and every prompt carry the date.
+``--force`` starts it again as of today.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 from .contracts import PROFILES, RunStatus
 from .config import Settings, SettingsRecipe
 from .errors import ApplianceError, UsageError
+from . import questions
 from .questions import clean_question
 from .pipeline.state import write_atomic
 
@@ -45,6 +51,7 @@ class BatchItem:
     line: int = 0
     error: str = ""
     given_id: str = ""      # the id as written in the file, before cleaning
+    date: str = ""          # ISO date its answer is for: the day it was first started (start_dates)
 
     def failure(self) -> str:
         """The reason this line cannot be answered, naming its line ("" when it can)."""
@@ -63,6 +70,7 @@ class ItemResult:
     stats: dict = field(default_factory=dict)
     line: int = 0           # the line of the questions file
     worker: dict = field(default_factory=dict)   # on a cluster: the pid, host and model loads of its worker
+    exports: dict = field(default_factory=dict)  # format -> the file written by --export this run
 
 
 def safe_id(raw: str) -> str:
@@ -168,6 +176,44 @@ def _jsonl_item(line: str, number: int) -> BatchItem:
     return BatchItem(id=item_id, question=question, profile=profile, line=number, given_id=given_text)
 
 
+STARTED_DIR = ".started"
+
+
+def start_dates(out_dir: Path, items: list[BatchItem], *, force: bool = False) -> None:
+    """Give each item the date its answer is for, recorded before anything is answered.
+
+    A question first started on an earlier day keeps that day (a run resumed after midnight
+    replays its calls instead of answering anew); a new one, or any with ``force``, gets today,
+    and the record is written before its run begins. One small file per question, so that
+    concurrent batches on one folder (``make -j`` over ``--emit-make`` targets) never clash.
+    """
+    folder = out_dir / STARTED_DIR
+    today = questions.today().isoformat()
+    for item in items:
+        record = folder / item.id
+        recorded = ""
+        if not force:
+            try:
+                recorded = record.read_text(encoding="utf-8").strip()
+                dt.date.fromisoformat(recorded)
+            except (OSError, UnicodeDecodeError, ValueError):
+                recorded = ""   # none yet, or unreadable: this run starts it
+        if recorded:
+            item.date = recorded
+            continue
+        item.date = today
+        try:
+            write_atomic(record, today + "\n")
+        except OSError as exc:
+            raise ApplianceError(f"cannot write {record}: {exc}",
+                                 hint="the output folder must be writable") from None
+
+
+def item_today(item: BatchItem) -> dt.date | None:
+    """The date to answer ``item`` for (None: today)."""
+    return dt.date.fromisoformat(item.date) if item.date else None
+
+
 def report_path(out_dir: Path, item: BatchItem) -> Path:
     return out_dir / f"{item.id}.md"
 
@@ -209,7 +255,7 @@ class Worker:
         try:
             result = research(item.question, settings, models=self.models, backend=self.backend,
                               fetcher=self.fetcher, embedder=self.embedder, out_dir=out_dir,
-                              report_name=item.id, run_dir=run_dir)
+                              report_name=item.id, run_dir=run_dir, today=item_today(item))
         except ApplianceError as exc:
             return ItemResult(item.id, item.question, "failed", reason=exc.one_line(),
                               seconds=round(time.monotonic() - start, 3))
@@ -257,6 +303,7 @@ def run_batch(items: list[BatchItem], recipe: SettingsRecipe, out_dir: Path, *, 
             todo.append(index)
             continue
         on_result(_with_line(_done(results[index]), item))
+    start_dates(out_dir, [items[index] for index in todo], force=force)
     if todo and cluster is not None:
         from .cluster import run_on_cluster
 

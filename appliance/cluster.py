@@ -198,13 +198,11 @@ def open_client(settings: Settings, spec: ClusterSpec) -> Iterator[Any]:
 def _shipped_calls(cache: CallCache | None, settings: Settings, item: BatchItem) -> list[tuple[str, str, dict]]:
     """The cached calls an earlier attempt at this question made (its run folder's calls.jsonl
     names their keys), so that the worker replays them instead of calling its model."""
-    import datetime as dt
-
-    from .questions import run_id_for
+    from .questions import run_id_for, today
 
     if cache is None:
         return []
-    log = state_dir(settings, "runs") / run_id_for(item.question, dt.date.today().isoformat()) / "calls.jsonl"
+    log = state_dir(settings, "runs") / run_id_for(item.question, item.date or today().isoformat()) / "calls.jsonl"
     try:
         lines = log.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -378,9 +376,7 @@ def _open_parts(settings: Settings, cache: ShippedCache, threads: int):
 def answer_on_worker(item: BatchItem, recipe: SettingsRecipe, threads: int,
                      calls: list[tuple[str, str, dict]], scratch_root: str = "") -> WorkerAnswer:
     """The Dask task: answer one question in scratch folders and return everything it wrote."""
-    import datetime as dt
-
-    from .questions import run_id_for
+    from .questions import run_id_for, today
 
     with _MODEL_LOCK:
         worker, cache = _cluster_worker(recipe, threads)
@@ -397,7 +393,7 @@ def answer_on_worker(item: BatchItem, recipe: SettingsRecipe, threads: int,
             files = {p.relative_to(run_dir).as_posix(): p.read_text(encoding="utf-8")
                      for p in sorted(run_dir.rglob("*")) if p.is_file()} if run_dir.is_dir() else {}
             return WorkerAnswer(
-                item_id=item.id, run_id=run_id or run_id_for(item.question, dt.date.today().isoformat()),
+                item_id=item.id, run_id=run_id or run_id_for(item.question, item.date or today().isoformat()),
                 result=result, report_md=md.read_text(encoding="utf-8") if md.is_file() else "",
                 report_json=report_json, run_files=files, calls=list(cache.made),
                 worker={"pid": os.getpid(), "host": socket.gethostname(), "model_loads": _LOADS})

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import questions
 from .config import Settings, SettingsRecipe, state_dir
 from .contracts import BACKENDS, PROFILES, RunStatus
 from .errors import ApplianceError, RunCancelled, StateError, UsageError
@@ -196,7 +197,7 @@ class JobQueue:
     def submit(self, request: JobRequest, *, today: dt.date | None = None) -> Job:
         """Queue a checked request; QueueFull when ``max_queued`` jobs already wait."""
         job_id = "j-" + uuid.uuid4().hex[:JOB_ID_CHARS]
-        date = (today or dt.date.today()).isoformat()
+        date = (today or questions.today()).isoformat()
 
         def insert(conn: sqlite3.Connection) -> Job:
             waiting = conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued'").fetchone()[0]

@@ -3,6 +3,7 @@ and named by a file-name-safe slug with the question's own hash (run folders, re
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 import unicodedata
@@ -31,6 +32,13 @@ def slugify(text: str, limit: int = 48) -> str:
     words = words[:limit].rstrip("-") or "question"
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
     return f"{words}-{digest}"
+
+
+def today() -> dt.date:
+    """The date a run started now is for: the one clock of research, batch and the serve
+    queue (a run's id and its prompts carry it, so a resumed run must be given the date it
+    began)."""
+    return dt.date.today()
 
 
 def run_id_for(question: str, date: str) -> str:

@@ -1,11 +1,14 @@
 """Batches on Dask with the real model: a LocalCluster of worker processes answers the same
 reports a one-process batch writes, each worker loading its model once; a worker SIGKILLed
-mid-question costs only that question's work, and nothing is written twice. Slurm and PBS job
+mid-question costs only that question's work, and nothing is written twice; a question resumed
+on a later day (after midnight) keeps its start date and replays, in one process and on a
+cluster. Slurm and PBS job
 scripts are rendered without a scheduler and compared with snapshots; bad cluster input is a
 one-line error."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -64,6 +67,29 @@ def report(out: Path, item_id: str) -> dict:
     return {k: v for k, v in data.items() if k not in RUN_SPECIFIC}
 
 
+def resume_next_day(items: list[BatchItem], recipe: SettingsRecipe, out: Path, home: Path, monkeypatch,
+                    cluster: ClusterSpec | None = None) -> None:
+    """Take the first question's report away (as a kill before it was written would), move the
+    clock a day on, and rerun: the question keeps the day it was started, so its run id and
+    prompts are the same and every call replays; the others stay skipped. (On a cluster the
+    client's clock decides which calls are shipped to the worker.)"""
+    import appliance.questions as questions_module
+
+    first = json.loads((out / f"{items[0].id}.json").read_text(encoding="utf-8"))
+    for suffix in (".md", ".json"):
+        (out / f"{items[0].id}{suffix}").unlink()
+    before = cache_rows(home)
+    tomorrow = dt.date.fromisoformat(first["date"]) + dt.timedelta(days=1)
+    monkeypatch.setattr(questions_module, "today", lambda: tomorrow)
+    resumed = run_batch(items, recipe, out, cluster=cluster)
+    assert [r.outcome for r in resumed] == ["done"] + ["skipped"] * (len(items) - 1)
+    assert resumed[0].stats["model_calls"] == 0
+    assert resumed[0].stats["cache_hits"] == resumed[0].stats["calls"] > 0
+    again = json.loads((out / f"{items[0].id}.json").read_text(encoding="utf-8"))
+    assert (again["date"], again["run_id"]) == (first["date"], first["run_id"])
+    assert cache_rows(home) == before
+
+
 def run_folder(home: Path, run_id: str) -> dict[str, object]:
     """A run folder's content without timings: JSON files as data, logs as their records."""
     folder = home / "runs" / run_id
@@ -89,7 +115,7 @@ def run_folder(home: Path, run_id: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
-def test_six_questions_on_two_workers_match_a_one_process_batch(corpus_home, tmp_path):
+def test_six_questions_on_two_workers_match_a_one_process_batch(corpus_home, tmp_path, monkeypatch):
     _, corpus = corpus_home
     items = questions(6)
     one_home, dask_home = fresh_home(corpus_home, "one", tmp_path), fresh_home(corpus_home, "dask", tmp_path)
@@ -118,6 +144,8 @@ def test_six_questions_on_two_workers_match_a_one_process_batch(corpus_home, tmp
     assert cache_rows(dask_home) == cache_rows(one_home)
     # Workers wrote nothing of their own in the state folder's cache or runs.
     assert sorted(p.name for p in (dask_home / "runs").iterdir()) == sorted(p.name for p in (one_home / "runs").iterdir())
+
+    resume_next_day(items, recipe_for(one_home, corpus), one_out, one_home, monkeypatch)
 
 
 @pytest.mark.slow
@@ -167,6 +195,8 @@ def test_worker_killed_mid_question_loses_only_that_question(corpus_home, tmp_pa
     assert sum(r.stats["model_calls"] for r in forced) == 0
     assert sum(r.stats["cache_hits"] for r in forced) == sum(r.stats["calls"] for r in forced) > 0
     assert cache_rows(home) == before
+
+    resume_next_day(items, recipe, out, home, monkeypatch, cluster=ClusterSpec("local", workers=1))
 
 
 # --------------------------------------------------------------------------- job scripts

@@ -60,11 +60,16 @@ def test_batch_of_three_then_rerun_makes_no_model_call(corpus_home, tmp_path):
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
     before = cached_calls(home)
+    # Rerun with an export asked for: the finished reports are exported, nothing is answered.
     second = appliance(["batch", str(questions), "--out", str(out), "--profile", "quick", "--corpus", corpus,
-                        "--backend", "corpus"], home, tmp_path)
+                        "--backend", "corpus", "--export", "html", "--export", "csl-json"], home, tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads((out / "batch.json").read_text())
     assert summary["skipped"] == 3 and summary["done"] == 0
+    for entry in summary["questions"]:
+        page = Path(entry["exports"]["html"])
+        assert page == Path(entry["report"]).with_suffix(".html") and "<html" in page.read_text()
+        assert isinstance(json.loads(Path(entry["exports"]["csl-json"]).read_text()), list)
     assert summary["totals_this_run"]["calls"] == 0 and summary["totals_this_run"]["model_calls"] == 0
     assert cached_calls(home) == before
     assert "3 skipped" in second.stdout

@@ -424,3 +424,46 @@ def test_a_corpus_passage_of_a_local_document_is_cited_as_its_file_and_page():
     [entry] = source_entries(report)
     assert entry.path == "/srv/docs/harbour survey.pdf"
     assert entry.title == "harbour survey.pdf" and entry.location == "p. iv"
+
+
+# ---------------------------------------------------------------- batch --export
+
+def test_batch_exports_each_report_and_names_an_export_it_cannot_write(tmp_path, searxng, cli_with_script):
+    """batch --export writes every format beside each report as it finishes (batch.json names
+    the files); rerun with another format, the finished reports are exported, not answered
+    again; an export that cannot be written is one line naming the question, the rest are
+    written and the exit code is 1; --emit-make passes the formats to every target."""
+    from fault_helpers import any_page_script, app_env, cli
+
+    engine = cli_with_script(any_page_script())
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(json.dumps({"id": "bees", "question": "How do honeybees find flowers?"}) + "\n"
+                         + json.dumps({"id": "basalt", "question": "How do basalt columns form?"}) + "\n",
+                         encoding="utf-8")
+    out, env = tmp_path / "out", app_env(tmp_path / "home")
+    base = ["batch", str(questions), "--out", str(out), "--profile", "quick", "--searxng-url", searxng.url]
+    result = cli(base + ["--export", "html", "--export", "bibtex", "--export", "html"], env)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "batch.json").read_text(encoding="utf-8"))
+    for entry in summary["questions"]:
+        assert sorted(entry["exports"]) == ["bibtex", "html"]
+        page = Path(entry["exports"]["html"])
+        assert page == out / f"{entry['id']}.html" and "<html" in page.read_text(encoding="utf-8")
+        assert "@misc{ref1," in Path(entry["exports"]["bibtex"]).read_text(encoding="utf-8")
+    calls = len(engine.calls)
+
+    (out / "basalt.ris").mkdir()  # a folder where basalt's RIS file would go
+    again = cli(base + ["--export", "ris", "--export", "html"], env)
+    assert again.exit_code == 1, again.output
+    assert len(engine.calls) == calls, "finished reports are exported, not answered again"
+    assert (out / "bees.ris").read_text(encoding="utf-8").startswith("TY  -")
+    errors = [line for line in again.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "export ris of basalt" in errors[0] and "folder" in errors[0]
+    assert "1 export not written" in again.stderr
+    summary = json.loads((out / "batch.json").read_text(encoding="utf-8"))
+    # html existed already for both skipped reports: not written again.
+    assert [sorted(e["exports"]) for e in summary["questions"]] == [["ris"], []]
+
+    made = cli(["batch", str(questions), "--out", str(out), "--emit-make", "--export", "pdf"], env)
+    assert made.exit_code == 0, made.output
+    assert made.stdout.count("--export pdf") == 3  # the whole batch and each of the two targets

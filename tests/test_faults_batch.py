@@ -135,3 +135,33 @@ def test_ndjson_and_json_lines_are_records_not_question_text(tmp_path):
     for name in ("questions.ndjson", "questions.json"):
         items = read_questions(write_questions(tmp_path, [json.dumps({"id": "b", "question": HONEYBEE})], name))
         assert [(i.id, i.question) for i in items] == [("b", HONEYBEE)]
+
+
+def test_a_question_keeps_the_date_it_was_first_started(tmp_path, monkeypatch):
+    """The date an answer is for is recorded before its run begins and kept on a later day
+    (so a batch resumed after midnight replays); --force starts it again as of today; a
+    record that cannot be read is replaced, never a crash."""
+    import datetime as dt
+
+    import appliance.questions as questions_module
+    from appliance.batch import BatchItem, item_today, start_dates
+
+    out = tmp_path / "out"
+    items = [BatchItem(id="a", question="What is A?"), BatchItem(id="b", question="What is B?")]
+    monkeypatch.setattr(questions_module, "today", lambda: dt.date(2031, 5, 4))
+    start_dates(out, items[:1])
+    assert items[0].date == "2031-05-04" and item_today(items[0]) == dt.date(2031, 5, 4)
+    assert (out / ".started" / "a").read_text(encoding="utf-8").strip() == "2031-05-04"
+
+    monkeypatch.setattr(questions_module, "today", lambda: dt.date(2031, 5, 5))
+    (out / ".started" / "b").write_text("not a date\n", encoding="utf-8")
+    again = [BatchItem(id="a", question="What is A?"), BatchItem(id="b", question="What is B?")]
+    start_dates(out, again)
+    assert [i.date for i in again] == ["2031-05-04", "2031-05-05"]
+    assert (out / ".started" / "b").read_text(encoding="utf-8").strip() == "2031-05-05"
+
+    forced = [BatchItem(id="a", question="What is A?")]
+    start_dates(out, forced, force=True)
+    assert forced[0].date == "2031-05-05"
+    assert (out / ".started" / "a").read_text(encoding="utf-8").strip() == "2031-05-05"
+    assert item_today(BatchItem(id="c", question="What is C?")) is None

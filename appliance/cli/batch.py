@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..export import FORMATS as EXPORT_FORMATS
 from .research import research_options, run_recipe
 
 
@@ -38,9 +39,12 @@ def _summary_table(results) -> str:
                    "in the config). Default: the [cluster] spec setting; empty: this process.")
 @click.option("--print-job-script", is_flag=True, default=False,
               help="With --cluster slurm or pbs: print the worker job script and submit nothing.")
+@click.option("--export", "exports", type=click.Choice(EXPORT_FORMATS), multiple=True,
+              help="Also write each report in this format beside it (html, pdf, bibtex, ris, csl-json); "
+                   "repeatable. Finished reports that lack the file are exported too.")
 @research_options
-def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spec, print_job_script, profile,
-          backend, corpus_name, searxng_url, model_name, no_cache):
+def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spec, print_job_script, exports,
+          profile, backend, corpus_name, searxng_url, model_name, no_cache):
     """Answer every question in QUESTIONS_FILE, one report each.
 
     QUESTIONS_FILE is text (one question a line; blank lines and # comments skipped) or JSON
@@ -48,8 +52,8 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spe
     the given id (cleaned to a safe file name) or a hash of the question; a line that is not a
     question, or whose id names the same report as an earlier line's (also when they differ only
     in case), fails naming its line. Rerunning skips finished reports and resumes unfinished
-    ones from the caches. Exits non-zero if any line failed, after answering the others;
-    --emit-make refuses a file with a bad line.
+    ones from the caches. Exits non-zero if any line failed (or an export could not be written),
+    after answering the others; --emit-make refuses a file with a bad line.
     """
     from ..batch import make_fragment, read_questions, run_batch, write_summary
     from ..cluster import job_script, parse_spec
@@ -76,7 +80,7 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spe
             raise UsageError(f"{questions_file}:{bad[0].line}: {bad[0].error}{more}",
                              hint="fix the file: --emit-make writes a target for every line, so every "
                                   "line must be a question with its own id")
-        flags = _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache)
+        flags = _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache, exports)
         click.echo(make_fragment(items, questions_file, out_dir, flags), nl=False)
         return
     if only_ids:
@@ -86,14 +90,23 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spe
             raise UsageError(f"no question with id {missing[0]!r} in {questions_file}",
                              hint="ids are listed in batch.json or by --emit-make")
         items = [i for i in items if i.id in set(only_ids)]
+    exports = tuple(dict.fromkeys(exports))
+    if "pdf" in exports:
+        # Before any question, not after them: a missing renderer must not cost a whole batch.
+        from ..export import pdf_engine
+        pdf_engine()
     out = Path(out_dir)
     start = time.monotonic()
 
     finished = []
+    export_failures: list[str] = []
 
     def show(result):
         finished.append(result)
         click.echo(f"{result.outcome}: {result.id} {result.status} {result.reason}".rstrip(), err=True)
+        for line in _export(result, exports):
+            export_failures.append(line)
+            click.echo(f"error: {line}", err=True)
 
     try:
         results = run_batch(items, recipe, out, jobs=jobs, force=force, on_result=show, cluster=cluster)
@@ -105,11 +118,36 @@ def batch(questions_file, out_dir, jobs, force, only_ids, emit_make, cluster_spe
         path = write_summary(results, out, time.monotonic() - start)
         click.echo(_summary_table(results))
         click.echo(f"summary: {path}", err=True)
-    if any(r.outcome == "failed" for r in results):
+    if export_failures:
+        click.echo(f"{len(export_failures)} export{'s' if len(export_failures) > 1 else ''} not written "
+                   "(reports kept; fix the cause and rerun with the same --export to write them)", err=True)
+    if export_failures or any(r.outcome == "failed" for r in results):
         raise SystemExit(1)
 
 
-def _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache) -> str:
+def _export(result, exports) -> list[str]:
+    """Write ``result``'s report in each format (a skipped report only where the file is
+    missing); every export that cannot be written is one line, the rest go on."""
+    from ..errors import ApplianceError
+    from ..export import default_output, export_report
+
+    if not exports or not result.report:
+        return []
+    report_json = Path(result.report).with_suffix(".json")
+    if not report_json.is_file():
+        return []
+    failures = []
+    for fmt in exports:
+        if result.outcome == "skipped" and default_output(report_json, fmt).is_file():
+            continue
+        try:
+            result.exports[fmt] = str(export_report(report_json, fmt))
+        except ApplianceError as exc:
+            failures.append(f"export {fmt} of {result.id}: {exc.one_line()}")
+    return failures
+
+
+def _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache, exports=()) -> str:
     import shlex
 
     parts = []
@@ -119,6 +157,8 @@ def _flags(profile, backend, corpus_name, searxng_url, model_name, no_cache) -> 
             parts += [flag, shlex.quote(value)]
     if no_cache:
         parts.append("--no-cache")
+    for fmt in exports:
+        parts += ["--export", fmt]
     return " ".join(parts)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import Settings, state_dir
 from ..contracts import Importance, MergedClaim, NodeState, ReportData, RunStatus, Verdict
 from ..errors import ApplianceError, ModelOutputError, RunCancelled, StateError
+from .. import questions
 from ..questions import clean_question, run_id_for
 from ..report import render_json, render_markdown
 from . import prompts
@@ -64,7 +65,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
     from ..sources.urls import UrlLedger
 
     question = clean_question(question)
-    date = (today or dt.date.today()).isoformat()
+    date = (today or questions.today()).isoformat()
     run_id = run_id_for(question, date)
     run_dir = run_dir or state_dir(settings, "runs") / run_id
     recorder = Recorder(run_dir)

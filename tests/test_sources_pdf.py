@@ -96,3 +96,35 @@ def test_an_encrypted_pdf_is_a_named_skip(tmp_path):
     docs = list(iter_documents([folder], log))
     assert [d.title for d in docs] == ["Notes"]
     assert len(log.skipped) == 1 and log.skipped[0].endswith("locked.pdf: encrypted PDF (give a decrypted copy)")
+
+
+PRINTED = Path(__file__).parent / "data" / "printed-serif.pdf"
+
+
+def test_a_printed_pdf_with_a_two_byte_encoding_cmap_reads_as_its_text(tmp_path):
+    """tests/data/printed-serif.pdf, printed by WeasyPrint: a line needing a fallback font gives
+    the body font an embedded two-byte encoding CMap, which pypdf alone reads as NUL-interleaved
+    letters. Its text comes out as the page shows it, found by search and quoted verbatim."""
+    from pypdf import PdfReader
+
+    from appliance.pipeline.anchor import find_quote
+    from appliance.sources.corpus import Corpus
+    from appliance.sources.pdf import read_pdf_pages
+
+    raw = PdfReader(str(PRINTED)).pages[0].extract_text()
+    assert "\x00" in raw, "the fixture no longer shows the encoding this test is about"
+    (page,) = list(read_pdf_pages(PRINTED))
+    assert "\x00" not in page.text
+    assert "rebuilt in 1931 after the winter storms" in page.text
+    assert "The Velka trading house (1844–1909) opened an office in Chiang Mai (เชียงใหม่)" in page.text
+
+    folder = tmp_path / "survey"
+    folder.mkdir()
+    (folder / "survey.pdf").write_bytes(PRINTED.read_bytes())
+    settings = make_settings(tmp_path / "home", **{"search.backend": "corpus", "search.corpus": "survey"})
+    corpus = Corpus(settings, "survey")
+    corpus.add([folder])
+    hits = corpus.search("who designed the lighthouse of Port Ardmore", limit=3)
+    assert hits and hits[0].title == "survey.pdf, p. 1"
+    best = corpus.ranked("who designed the lighthouse of Port Ardmore", 1)[0]
+    assert find_quote("Its lighthouse stands 24 metres tall and was designed by Ida Brandt", best.text)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -20,6 +21,8 @@ from typing import Iterator
 from . import ocr
 from .documents import Unreadable
 
+# An encoding CMap whose one code space is every two-byte code.
+_TWO_BYTE_SPACE = re.compile(rb"1\s+begincodespacerange\s*<0000>\s*<ffff>\s*endcodespacerange", re.IGNORECASE)
 # Images smaller than this on both sides are rules, logos or bullets, not a scanned page.
 _MIN_SCAN_SIDE = 200
 
@@ -61,6 +64,34 @@ class PdfUnreadable(Unreadable):
     """The file is not a PDF whose text can be read; the message is the reason, one line."""
 
 
+def _two_byte_codes(page) -> None:
+    """Read a page's composite fonts whose codes an embedded CMap says are two bytes as
+    Identity-H, for text extraction only (the file is never written).
+
+    Some PDF printers (WeasyPrint, when a line needs a fallback font) give a Type0 font its
+    own encoding CMap with a two-byte code space instead of the named Identity-H. pypdf reads
+    such codes a byte at a time, and the page's text comes out as NUL-interleaved letters
+    and stray symbols. The characters come from the font's ToUnicode map, keyed by the same
+    two-byte codes, so reading the codes as Identity-H gives the text the page shows.
+    """
+    from pypdf.generic import NameObject
+
+    try:
+        fonts = page["/Resources"]["/Font"]
+        for ref in fonts.values():
+            font = ref.get_object()
+            if font.get("/Subtype") != "/Type0" or "/ToUnicode" not in font:
+                continue
+            encoding = font.get("/Encoding")
+            cmap = encoding.get_object() if encoding is not None else None
+            if cmap is None or not hasattr(cmap, "get_data"):
+                continue  # a named encoding, read as it says
+            if _TWO_BYTE_SPACE.search(cmap.get_data()):
+                font[NameObject("/Encoding")] = NameObject("/Identity-H")
+    except (KeyError, TypeError, AttributeError, ValueError, OSError):
+        return  # no fonts, or damaged ones: the text is read as it is
+
+
 def read_pdf_pages(path: Path | bytes) -> Iterator[PdfPage]:
     """The pages of ``path`` (a file, or a PDF's bytes) that hold text, one at a time, and the
     scanned pages that could not be read (``skipped`` set). Raises PdfUnreadable with a
@@ -84,7 +115,8 @@ def read_pdf_pages(path: Path | bytes) -> Iterator[PdfPage]:
         labels = list(reader.page_labels)
         exe = ocr.program()
         for number, page in enumerate(reader.pages, start=1):
-            text = (page.extract_text() or "").strip()
+            _two_byte_codes(page)
+            text = (page.extract_text() or "").replace("\x00", "").strip()
             label = (labels[number - 1] if number - 1 < len(labels) else "") or str(number)
             if text:
                 yield PdfPage(label=label, index=number, text=text)

@@ -150,6 +150,21 @@ class ShortAnswer(_Out):
     answer: str = Field(max_length=200)
 
 
+# What a choice answer may also say: that the evidence does not decide (check answer-none drops it).
+NO_CHOICE = "unknown"
+
+
+def answer_schema(choices: list[str] | tuple[str, ...] = ()) -> type[ShortAnswer]:
+    """ShortAnswer, or for a question offering a choice (``forms.offered_choice``) one whose
+    answer the grammar holds to one of ``choices`` or NO_CHOICE."""
+    if not choices:
+        return ShortAnswer
+    from pydantic import create_model
+
+    allowed: Any = Literal[tuple(dict.fromkeys([*choices, NO_CHOICE]))]  # type: ignore[valid-type]
+    return cast(type[ShortAnswer], create_model("ChoiceAnswer", __base__=ShortAnswer, answer=(allowed, ...)))
+
+
 class IterativeStep(_Out):
     """One reading step of the iterative baseline: what the passages so far establish, and
     the next search ("" when they already answer the question)."""

@@ -92,3 +92,34 @@ def test_baselines_answers_pass_the_pipelines_answer_checks():
     engine = FakeEngine({"closed-book-answer": lambda m, s: ShortAnswer(answer="Trelby.")})
     kept = baselines.closed_book(QUESTION, writer=engine, temperature=0.0)
     assert kept.answer == "Trelby" and kept.fired == []
+
+
+def test_a_choice_is_answered_with_one_of_its_two_in_every_mode():
+    """Check answer-choice: a question asking which of two named things is answered under a
+    grammar that allows only those two names (or unknown), in the baselines as in the pipeline,
+    and the check is named on the answer; switched off, the answer is free text again."""
+    from appliance.contracts import NO_CHOICE
+    from appliance.pipeline.checks import Switches
+    from appliance.pipeline.forms import offered_choice
+
+    question = "Which was dammed first, Lake Ormund or Lake Tarn?"
+    assert offered_choice(question) == ["Lake Ormund", "Lake Tarn"]
+    assert offered_choice("Were Lake Ormund and Lake Tarn both dammed?") == []
+    assert offered_choice("Is Lake Ormund older than Lake Tarn?") == []
+    assert offered_choice(question, Switches({"answer-choice"})) == []
+    seen = {}
+
+    def answer(messages, seed):
+        seen["system"] = messages[0]["content"]
+        return {"answer": "Lake Ormund"}
+
+    engine = FakeEngine({"rag-answer": answer})
+    out = baselines.rag(question, writer=engine, backend=Collection(), fetcher=Fetcher(), temperature=0.0)
+    assert out.answer == "Lake Ormund" and out.fired == ["answer-choice"]
+    enum = engine.schemas[-1][1].model_json_schema()["properties"]["answer"]["enum"]
+    assert enum == ["Lake Ormund", "Lake Tarn", NO_CHOICE]
+    assert "answer with Lake Ormund or with Lake Tarn" in seen["system"]
+
+    off = baselines.rag(question, writer=engine, backend=Collection(), fetcher=Fetcher(), temperature=0.0,
+                        switches=Switches({"answer-choice"}))
+    assert engine.schemas[-1][1] is ShortAnswer and off.fired == []

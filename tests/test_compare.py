@@ -92,7 +92,7 @@ def _script(answer: str, with_lindqvist: bool = True):
     }
 
 
-def _run(tmp_path, answer: str, with_lindqvist: bool = True, disabled=()):
+def _run(tmp_path, answer: str, with_lindqvist: bool = True, disabled=(), question: str = QUESTION):
     settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")}, overrides={
         "pipeline.quote_sentences": False, "pipeline.question_sources": 0, "pipeline.gap_questions": 0,
         "pipeline.relevance_threshold": 0.0, "checks.disabled": list(disabled)})
@@ -101,10 +101,13 @@ def _run(tmp_path, answer: str, with_lindqvist: bool = True, disabled=()):
             "Were Ida Brandt and Jon Lindqvist engineers?": harbour,
             "Ida Brandt engineers": [Hit(url="http://a.test/brandt", title="Ida Brandt", rank=1)],
             "Jon Lindqvist engineers": [Hit(url="http://b.test/lindqvist", title="Jon Lindqvist", rank=1)]}
+    for name, url in (("Ida Brandt", "http://a.test/brandt"), ("Jon Lindqvist", "http://b.test/lindqvist")):
+        other = ["Jon Lindqvist" if name == "Ida Brandt" else "Ida Brandt"]
+        hits.setdefault(compared_query(name, question, other), [Hit(url=url, title=name, rank=1)])
     engine = FakeEngine(_script(answer, with_lindqvist))
     backend = FakeBackend(hits)
     models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
-    result = research(QUESTION, settings, models=models, backend=backend, fetcher=FakeFetcher(PAGES),
+    result = research(question, settings, models=models, backend=backend, fetcher=FakeFetcher(PAGES),
                       embedder=get_embedder(settings), out_dir=tmp_path / "reports")
     return result, backend, engine
 
@@ -137,3 +140,25 @@ def test_a_yes_or_no_with_a_verified_fact_of_one_side_only_is_no_answer(tmp_path
     assert "answer-both-sides" not in again.report["stats"]["checks"]
     records = [json.loads(line) for line in (again.run_dir / "checks.jsonl").read_text().splitlines()]
     assert all(r["check"] != "answer-both-sides" for r in records)
+
+
+def test_a_choice_between_two_is_answered_with_one_of_them(tmp_path):
+    """Check answer-choice in the pipeline: the run's answer call for a question asking which
+    of two has a grammar that allows only the two names (or unknown), the check is named in the
+    report, and switched off the answer call is free text again."""
+    from appliance.contracts import NO_CHOICE
+
+    question = "Which was an engineer, Ida Brandt or Jon Lindqvist?"
+    result, _, engine = _run(tmp_path, "Ida Brandt", question=question)
+    report = result.report
+    assert report["short_answer"] == "Ida Brandt"
+    answer_schemas = [schema for purpose, schema in engine.schemas if purpose == "answer"]
+    assert len(answer_schemas) == 1
+    assert answer_schemas[0].model_json_schema()["properties"]["answer"]["enum"] == [
+        "Ida Brandt", "Jon Lindqvist", NO_CHOICE]
+    assert report["stats"]["checks"]["answer-choice"] >= 1
+    assert {"check": "answer-choice", "on": "answer", "choices": ["Ida Brandt", "Jon Lindqvist"]} in \
+        report["checks"]["fired"]
+    off, _, engine = _run(tmp_path / "off", "Ida Brandt", question=question, disabled=["answer-choice"])
+    assert [schema for purpose, schema in engine.schemas if purpose == "answer"] == [ShortAnswer]
+    assert "answer-choice" not in off.report["stats"]["checks"]

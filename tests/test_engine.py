@@ -149,6 +149,23 @@ def test_string_constants_with_quotes_backslashes_and_accents(llm_engine):
         assert result.quote in values
 
 
+def test_a_choice_answer_from_the_real_model_is_one_of_the_two(llm_engine):
+    """Check answer-choice with the real model: the short-answer prompt and schema of a question
+    asking which of two leave it no answer but one of them (or unknown), where a free answer
+    to the same evidence may give the deciding year instead."""
+    from appliance.pipeline import prompts
+    from appliance.pipeline.forms import offered_choice
+
+    question = "Which was built first, the Velka Bridge or Ardmore Pier?"
+    choices = offered_choice(question)
+    assert choices == ["Velka Bridge", "Ardmore Pier"]
+    evidence = "[c1] The Velka Bridge was built in 1931.\n[c2] Ardmore Pier was built in 1887."
+    out = llm_engine.structured(prompts.short_answer(question, evidence, "2026-01-01", choices),
+                                contracts.answer_schema(choices), cache=False, max_tokens=prompts.ANSWER_TOKENS,
+                                purpose="test choice")
+    assert out.answer in (*choices, contracts.NO_CHOICE)
+
+
 PASSAGE = ("Lake Orta is a small lake in the north of Italy.\nThe island of San Giulio lies in the middle "
            "of the lake and holds a twelfth-century basilica. The lake drains to the north, unlike its "
            "neighbours, through the Nigoglia channel at Omegna. Its water was badly polluted by a rayon "

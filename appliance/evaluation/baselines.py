@@ -19,11 +19,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from ..contracts import IterativeStep, ShortAnswer, Source
+from ..contracts import IterativeStep, Source, answer_schema
 from ..errors import ModelOutputError
 from ..pipeline import prompts
 from ..pipeline.checks import ALL_ON, Switches
-from ..pipeline.forms import checked_answer
+from ..pipeline.forms import checked_answer, offered_choice
 
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
@@ -50,11 +50,12 @@ def passages_text(sources: list[Source]) -> str:
 def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float,
             switches: Switches) -> tuple[str, str, list[str]]:
     """The checked answer, the raw one, and the ids of the answer checks that fired."""
-    messages = prompts.short_answer(question, evidence, _today())
-    out = writer.structured(messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
+    choices = offered_choice(question, switches)
+    messages = prompts.short_answer(question, evidence, _today(), choices)
+    out = writer.structured(messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
                             temperature=temperature)
     answer, fired = checked_answer(out.answer, evidence, question, switches)
-    return answer, out.answer, fired
+    return answer, out.answer, (["answer-choice"] if choices else []) + fired
 
 
 def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:

@@ -99,6 +99,10 @@ CHECKS: tuple[Check, ...] = (
           "about the research.",
           "run:verify", ("pipeline.restate_killed", "pipeline.refutations_to_kill")),
     # answer
+    Check("answer-choice", "answer",
+          "Holds the answer to a question that asks to choose between two named things to one of "
+          "them or unknown (the answer's grammar allows nothing else).",
+          "forms:offered_choice"),
     Check("answer-part", "answer",
           "Cuts a sentence answer to the part that answers: what follows a lead that says the "
           "question again, or the one date of a sentence for a question asking when.",

@@ -247,6 +247,24 @@ def compared(question: str) -> list[str]:
     return []
 
 
+def offered_choice(question: str, switches: Switches = ALL_ON) -> list[str]:
+    """Check answer-choice: the two named things a question asks to choose between ("Which
+    opened first, the Velka Bridge or Ardmore Pier?" -> ["Velka Bridge", "Ardmore Pier"]), or
+    [] when it offers no choice (a question about both, a yes/no question) or the check is off.
+    Its answer is then one of them or unknown: a small model asked which of two came first
+    answers with the year it read ("in 1931"), which names neither."""
+    if not switches.on("answer-choice"):
+        return []
+    text = " ".join(question.split())
+    for match in _PAIR.finditer(text):
+        if match.group("op") != "or":
+            continue
+        a, b = _trim_name(match.group("a")), _trim_name(match.group("b"))
+        if a and b and a.lower() != b.lower():
+            return [a, b]
+    return []
+
+
 def _trim_name(span: str) -> str:
     """A name without the question's own capitalised openers before it ("Are Medici" -> "Medici")."""
     words = span.split()

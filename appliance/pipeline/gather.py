@@ -15,11 +15,11 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflection, SearchQueries,
-                         ShortAnswer, Source, bounded, quoting_extraction)
+                         Source, answer_schema, bounded, quoting_extraction)
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, quotable_sentences, quote_context, source_passages
-from .forms import checked_answer, compared, compared_query, echoes_example
+from .forms import checked_answer, compared, compared_query, echoes_example, offered_choice
 from .names import names_unsupported, off_subject
 from .text import grounded
 from .state import RunContext, ask
@@ -436,8 +436,11 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
     evidence = node_evidence(relevant, texts)
     question = f"{node.asked}\nEarlier answers: {earlier}" if earlier else node.asked
-    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today), ShortAnswer,
-              max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
+    choices = offered_choice(node.asked, run.checks.switches)
+    if choices:
+        run.checks.fired("answer-choice", on=f"answer of {node.id}", choices=choices)
+    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today, choices),
+              answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
               temperature=run.settings.llm.answer_temperature)
     node.answer = answer_checked(run, out.answer, evidence, node.asked, on=f"answer of {node.id}") if out else ""
     if not node.answer:

@@ -9,11 +9,11 @@ mostly absent from its claims (and the question) is dropped and counted.
 
 from __future__ import annotations
 
-from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, ShortAnswer, Synthesis
+from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Synthesis, answer_schema
 from . import prompts
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
-from .forms import answer_rests_on, compared, echoes_example, is_yes_no
+from .forms import answer_rests_on, compared, echoes_example, is_yes_no, offered_choice
 from .gather import answer_checked, dedupe_text
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
@@ -94,9 +94,12 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     chain = chain_listing(nodes or [], evidence, run.checks.switches)
     if chain:
         evidence += "\n\nSub-questions answered from this evidence:\n" + chain
-    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today)
-    out = ask(run, run.models.writer, messages, ShortAnswer, max_tokens=prompts.ANSWER_TOKENS, purpose="answer",
-              temperature=run.settings.llm.answer_temperature)
+    choices = offered_choice(run.ctx.question, run.checks.switches)
+    if choices:
+        run.checks.fired("answer-choice", on="answer", choices=choices)
+    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, choices)
+    out = ask(run, run.models.writer, messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS,
+              purpose="answer", temperature=run.settings.llm.answer_temperature)
     if out is None:
         return ""
     answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")

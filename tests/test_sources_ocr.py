@@ -154,3 +154,47 @@ def test_ocr_failures_are_named_per_page(tmp_path, monkeypatch):
     assert docs == []
     assert [line.split(": ", 1)[1] for line in log.skipped] == [
         "2 scanned pages not read (p. 1, p. 2: tesseract failed (Error opening data file eng.traineddata))"]
+
+
+def test_a_scanned_page_whose_image_cannot_be_decoded_is_named(tmp_path, monkeypatch):
+    """A page without text whose picture's data is damaged: with OCR available it is one named
+    skip for the file ("its images cannot be decoded"), the typed page is still read."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import NameObject, NumberObject
+
+    from appliance.sources import ocr
+
+    write_pdf(tmp_path / "typed.pdf", ["Minutes of the bridge committee"])
+    write_scan(tmp_path / "scanned.pdf", SCANNED[:1])
+    writer = PdfWriter()
+    writer.add_page(PdfReader(str(tmp_path / "typed.pdf")).pages[0])
+    scan = writer.add_page(PdfReader(str(tmp_path / "scanned.pdf")).pages[0])
+    for ref in scan["/Resources"]["/XObject"].values():
+        image = ref.get_object()
+        image._data = b"not an image at all"  # the stream's raw bytes, still marked as a JPEG
+        image[NameObject("/Filter")] = NameObject("/DCTDecode")
+        image[NameObject("/Length")] = NumberObject(len(image._data))
+    folder = tmp_path / "minutes"
+    folder.mkdir()
+    with (folder / "minutes.pdf").open("wb") as handle:
+        writer.write(handle)
+    monkeypatch.setattr(ocr.shutil, "which", lambda name: "/usr/bin/tesseract")
+    monkeypatch.setattr(ocr, "read_image", lambda exe, image: pytest.fail("no image to read"))
+    docs, log = _read([folder])
+    assert [d.title for d in docs] == ["minutes.pdf, p. 1"]
+    reasons = {Path(line.split(": ", 1)[0]).name: line.split(": ", 1)[1] for line in log.skipped}
+    assert reasons == {"minutes.pdf": "1 scanned page not read (p. 2: its images cannot be decoded)"}
+
+
+def test_doctor_says_whether_ocr_can_read_the_configured_languages(tmp_path, monkeypatch):
+    from appliance.cli.doctor import check_ocr
+    from appliance.sources import ocr
+
+    if shutil.which("tesseract") is not None:
+        found = check_ocr(make_settings(tmp_path / "a", **{"corpus.ocr_languages": "eng"}))
+        assert found.ok and "languages" in found.detail and "eng" in found.detail
+        absent = check_ocr(make_settings(tmp_path / "b", **{"corpus.ocr_languages": "eng+zzz"}))
+        assert not absent.ok and "tesseract-ocr-zzz" in absent.detail
+    monkeypatch.setattr(ocr.shutil, "which", lambda name: None)
+    missing = check_ocr(make_settings(tmp_path / "c"))
+    assert not missing.ok and "tesseract-ocr" in missing.detail and not missing.required

@@ -177,9 +177,7 @@ def check_ocr(settings) -> Check:
     from ..sources import ocr
 
     with ocr.languages(settings.corpus.ocr_languages, settings.corpus.ocr):
-        found = ocr.program() is not None
-        detail = ocr.describe()
-    ok = found and "not installed" not in detail
+        ok, detail = ocr.describe()
     return Check("ocr (scanned PDFs)", ok, detail, required=False)
 
 

@@ -56,25 +56,26 @@ def missing_hint() -> str:
     return "install tesseract-ocr to read scans by OCR, then add the file again"
 
 
-def describe() -> str:
-    """One line for `doctor`: the OCR program, its version and installed languages."""
+def describe() -> tuple[bool, str]:
+    """For `doctor`: whether OCR can read scans in the configured languages, and one line
+    naming the OCR program, its version and installed languages (or what to install)."""
     exe = program()
     if exe is None:
-        return missing_hint()
+        return False, missing_hint()
     try:
         done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30, check=False)
         version = (done.stdout or done.stderr).splitlines()[0].strip()
         listed = subprocess.run([exe, "--list-langs"], capture_output=True, text=True, timeout=30, check=False)
         langs = [line.strip() for line in listed.stdout.splitlines()[1:] if line.strip() and line.strip() != "osd"]
     except (OSError, subprocess.SubprocessError, IndexError):
-        return f"{exe} does not run (reinstall tesseract-ocr)"
+        return False, f"{exe} does not run (reinstall tesseract-ocr)"
     wanted = [lang for lang in _LANGUAGES.get().split("+") if lang]
     absent = [lang for lang in wanted if lang not in langs]
     line = f"{version}, languages {', '.join(langs) or 'none'}"
     if absent:
         line += f"; configured {'+'.join(wanted)} but {', '.join(absent)} not installed (apt install " \
                 f"{' '.join('tesseract-ocr-' + a for a in absent)})"
-    return line
+    return not absent, line
 
 
 def read_image(exe: str, image) -> str:

@@ -37,6 +37,7 @@ log = logging.getLogger("appliance.serve")
 
 DEFAULT_MAX_BODY = 64 * 1024    # a question and its options; far below any abuse
 DEFAULT_MAX_UPLOAD = 256 * 1024  # a questions file: thousands of lines, more than the queue takes
+MAX_IDS = 1000                  # runs one GET /api/runs?ids= names (a batch page follows them)
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TOKEN_COOKIE = "appliance_token"
@@ -248,6 +249,8 @@ def create_app(config: ServeConfig) -> ASGIApp:
 
     @endpoint
     async def list_runs(request: Request) -> Response:
+        if "ids" in request.query_params:
+            return await runs_by_id(request.query_params["ids"])
         status = request.query_params.get("status") or None
         if status is not None and status not in STATUSES:
             raise Refusal(400, f"unknown status {status!r}: one of {', '.join(STATUSES)}")
@@ -257,6 +260,20 @@ def create_app(config: ServeConfig) -> ASGIApp:
         jobs = await asyncio.to_thread(queue.list_jobs, status=status, text=request.query_params.get("q") or None,
                                        limit=int(limit))
         return JSONResponse({"runs": [j.as_dict() for j in jobs], "counts": queue.counts()})
+
+    async def runs_by_id(raw: str) -> Response:
+        """The runs named (a batch's, in the order given), those deleted, and counts over them."""
+        ids = list(dict.fromkeys(i for i in raw.split(",") if i))
+        if not 0 < len(ids) <= MAX_IDS:
+            raise Refusal(400, f"ids must name 1 to {MAX_IDS} run ids, comma-separated")
+        bad = [i for i in ids if not valid_job_id(i)]
+        if bad:
+            raise Refusal(400, f"not a run id: {bad[0][:40]!r} (ids look like j-0123456789ab)")
+        jobs = await asyncio.to_thread(lambda: [queue.get(i) for i in ids])
+        found = [j for j in jobs if j is not None]
+        return JSONResponse({"runs": [j.as_dict() for j in found],
+                             "missing": [i for i, j in zip(ids, jobs) if j is None],
+                             "counts": {s: sum(j.status == s for j in found) for s in STATUSES}})
 
     @endpoint
     async def get_run(request: Request) -> Response:
@@ -427,7 +444,9 @@ OPENAPI: dict[str, Any] = {
     "security": [{"token": []}],
     "paths": {
         "/api/runs": {"post": _op("Queue a research run (201; 429 when the queue is full)", body=True),
-                      "get": _op("List runs, newest first", [_q("status"), _q("q"), _q("limit")])},
+                      "get": _op("List runs, newest first; with ids=j-...,j-... those runs in that order "
+                                 "(a batch's), the ids deleted (missing) and counts over them",
+                                 [_q("status"), _q("q"), _q("limit"), _q("ids")])},
         "/api/runs/{run_id}": {"get": _op("A run: status, phase, node table, stats", [_q("run_id", "path")]),
                                "delete": _op("Cancel a queued or running run; delete a finished one",
                                              [_q("run_id", "path")])},

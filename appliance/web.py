@@ -373,11 +373,13 @@ def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
             box = (f'<td><input type="checkbox" name="ids" value="{job.id}" aria-label="select {job.id}"></td>'
                    if check else "")
             report = f'<a href="/runs/{job.id}/report">report</a>' if job.report else ""
-            rows.append(f'<tr>{box}<td><a href="/runs/{job.id}">{esc(job.question)}</a></td><td>{badge(job.status)}</td>'
+            rows.append(f'<tr data-job="{job.id}">{box}<td><a href="/runs/{job.id}">{esc(job.question)}</a></td>'
+                        f'<td class="st">{badge(job.status)}</td>'
                         f'<td class="nowrap">{esc(job.model or "default")}</td><td>{esc(job.profile or "default")}</td>'
                         f'<td class="nowrap">{when(job.created)}</td>'
-                        f'<td class="num">{seconds(job.as_dict()["elapsed"])}</td>'
-                        f'<td class="num">{esc(tokens if tokens is not None else "–")}</td><td>{report}</td></tr>')
+                        f'<td class="num dur">{seconds(job.as_dict()["elapsed"])}</td>'
+                        f'<td class="num tok">{esc(tokens if tokens is not None else "–")}</td>'
+                        f'<td class="rep">{report}</td></tr>')
         return (f'<div class="table-wrap"><table id="history"><thead><tr>{head}<th>question</th><th>status</th>'
                 f'<th>model</th><th>profile</th><th>submitted</th><th class="num">duration</th>'
                 f'<th class="num">tokens</th><th></th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
@@ -576,10 +578,18 @@ def web_routes(queue: JobQueue, config_file: str | None, max_body: int,
             raise PageRefusal(400, f"not a run id: {bad[0][:40]!r} (ids look like j-0123456789ab)")
         jobs = [j for j in await asyncio.to_thread(lambda: [queue.get(i) for i in raw]) if j is not None]
         counts = {s: sum(j.status == s for j in jobs) for s in STATUSES}
-        pills = " ".join(f'<span class="badge {s}">{s} {counts[s]}</span>' for s in STATUSES)
-        body = (f'<h1>Batch</h1><p class="sub">{len(jobs)} run(s); {len(raw) - len(jobs)} deleted. '
-                f'Reload for the latest.</p><div class="pill-row" id="batch-counts">{pills}</div>'
-                f'{history_table(jobs, token=None)}')
+        pills = " ".join(f'<span class="badge {s}" data-count="{s}">{s} {counts[s]}</span>' for s in STATUSES)
+        done = sum(counts[s] for s in FINISHED)
+        live = " ".join(j.id for j in jobs if j.status not in FINISHED)
+        body = (f'<h1>Batch</h1><p class="sub">{len(jobs)} run(s); <span id="batch-deleted">'
+                f'{len(raw) - len(jobs)}</span> deleted. '
+                f'<span id="batch-live-note">{"Updates as the runs go on." if live else "Every run has finished."}'
+                f'</span><noscript> Reload for the latest.</noscript></p>'
+                f'<div id="batch-live" data-batch-ids="{",".join(j.id for j in jobs)}" '
+                f'data-live="{"1" if live else ""}"><progress id="batch-bar" max="{max(1, len(jobs))}" '
+                f'value="{done}">{done} of {len(jobs)}</progress> <span id="batch-done">{done} of {len(jobs)} '
+                f'finished</span><div class="pill-row" id="batch-counts">{pills}</div>'
+                f'{history_table(jobs, token=None)}</div>')
         return page("Batch", body)
 
     static_cache: dict[str, bytes] = {}

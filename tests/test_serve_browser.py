@@ -96,3 +96,46 @@ def test_submit_watch_report_and_citation_quote(home):
     outside = [url for url in requests if not url.startswith(server.url + "/")]
     assert not outside, outside
     assert "Traceback" not in server.log_text()
+
+
+def test_a_batch_page_follows_its_runs_without_a_reload(home, tmp_path):
+    """Upload a questions file on the page, follow the batch: each row's status, duration and
+    report link, the counts and the progress bar change as the runs go on, with no reload."""
+    from playwright.sync_api import expect, sync_playwright
+
+    questions = tmp_path / "questions.txt"
+    questions.write_text(f"{QUESTION}\nWhere was Mira Holt born?\n", encoding="utf-8")
+    server = Server(home).start()
+    requests: list[str] = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(f"{server.url}/")
+            page.set_input_files("#bfile", str(questions))
+            page.select_option("#bprofile", "quick")
+            page.select_option("#bcorpus", "tiny")
+            page.select_option("#bmodel", TEST_MODEL)
+            page.click("#batch-submit")
+            page.click("#batch-progress")
+            page.wait_for_url(re.compile(r"/batch\?ids="))
+            rows = page.locator("#batch-live tr[data-job]")
+            expect(rows).to_have_count(2)
+            loaded = page.locator("#batch-done").inner_text()
+            assert loaded != "2 of 2 finished", "the runs finished before the page could follow them"
+            expect(page.locator("#batch-done")).to_have_text("2 of 2 finished", timeout=600_000)
+            expect(page.locator("#batch-live-note")).to_have_text("Every run has finished.")
+            for i in range(2):
+                row = rows.nth(i)
+                expect(row.locator(".st .badge")).to_have_text("done")
+                expect(row.locator(".rep a")).to_have_text("report")
+                assert row.locator(".dur").inner_text() not in ("", "–")
+            expect(page.locator('[data-count="done"]')).to_have_text("done 2")
+            assert page.evaluate("document.getElementById('batch-bar').value") == 2
+            browser.close()
+    finally:
+        server.stop()
+    outside = [url for url in requests if not url.startswith(server.url + "/")]
+    assert not outside, outside
+    assert "Traceback" not in server.log_text()

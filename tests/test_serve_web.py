@@ -208,7 +208,19 @@ def test_batch_upload_queues_each_line_with_a_link(server):
         assert [j["profile"] for j in jobs] == [None, "quick"] and {j["corpus"] for j in jobs} == {"tiny"}
         progress = client.get("/batch", params={"ids": ",".join(ids)})
         assert progress.status_code == 200 and "queued 2" in progress.text and all(i in progress.text for i in ids)
+        assert f'data-batch-ids="{",".join(ids)}"' in progress.text and 'data-live="1"' in progress.text
+        assert all(f'<tr data-job="{i}">' in progress.text for i in ids)
         refusal(client.get("/batch", params={"ids": "j-../x"}), 400)
+        # The page follows the batch through one API call: its runs in the order given.
+        followed = client.get("/api/runs", params={"ids": ",".join(reversed(ids))}).json()
+        assert [r["id"] for r in followed["runs"]] == list(reversed(ids)) and followed["missing"] == []
+        assert followed["counts"]["queued"] == 2 and sum(followed["counts"].values()) == 2
+        gone = "j-" + "0" * 12
+        assert client.get("/api/runs", params={"ids": f"{ids[0]},{gone}"}).json()["missing"] == [gone]
+        for ids_param, words in (("j-../x", "not a run id"), (",", "1 to 1000"),
+                                 (",".join("j-%012x" % n for n in range(1001)), "1 to 1000")):
+            bad = client.get("/api/runs", params={"ids": ids_param})
+            assert bad.status_code == 400 and words in bad.json()["error"], bad.text[:200]
         # Forged (no CSRF field), too big, not multipart: refused, nothing queued.
         forged = client.post("/batch", files={"file": ("q.txt", b"Who named Aurora Lake?\n", "text/plain")})
         assert "CSRF" in refusal(forged, 403)

@@ -1,5 +1,6 @@
-// appliance web view: live run updates (server-sent events, polling as a fallback) and the
-// history page's select-all box. Plain script, no library; every request goes to this server.
+// appliance web view: live run updates (server-sent events, polling as a fallback), the
+// batch page's live progress and the history page's select-all box. Plain script, no
+// library; every request goes to this server.
 "use strict";
 
 (function () {
@@ -106,6 +107,63 @@
     if (!finished[root.getAttribute("data-status")]) { listen(); }
   }
 
+  // The batch page: every run of the batch followed through one request
+  // (GET /api/runs?ids=...) every two seconds until all have finished.
+  function liveBatch(root) {
+    var ids = root.getAttribute("data-batch-ids");
+    var finished = { done: 1, failed: 1, cancelled: 1 };
+
+    function renderRow(run) {
+      var row = root.querySelector('tr[data-job="' + run.id + '"]');
+      if (!row) { return; }
+      setBadge(row.querySelector(".st .badge"), run.status);
+      text(row.querySelector(".dur"), fmtSeconds(run.elapsed));
+      var tokens = run.stats && run.stats.tokens_generated;
+      text(row.querySelector(".tok"), tokens === undefined || tokens === null ? "–" : String(tokens));
+      var rep = row.querySelector(".rep");
+      if (rep && run.has_report && !rep.querySelector("a")) {
+        var a = document.createElement("a");
+        a.href = "/runs/" + run.id + "/report"; a.textContent = "report";
+        rep.appendChild(a);
+      }
+    }
+
+    function render(data) {
+      data.runs.forEach(renderRow);
+      data.missing.forEach(function (id) {
+        var row = root.querySelector('tr[data-job="' + id + '"]');
+        if (row) { setBadge(row.querySelector(".st .badge"), "deleted"); }
+      });
+      Object.keys(data.counts).forEach(function (s) {
+        text(root.querySelector('[data-count="' + s + '"]'), s + " " + data.counts[s]);
+      });
+      var total = data.runs.length, done = 0;
+      data.runs.forEach(function (r) { if (finished[r.status]) { done += 1; } });
+      var bar = document.getElementById("batch-bar");
+      if (bar) { bar.max = Math.max(1, total); bar.value = done; bar.textContent = done + " of " + total; }
+      text(document.getElementById("batch-done"), done + " of " + total + " finished");
+      text(document.getElementById("batch-deleted"), String(data.missing.length));
+      return done === total;
+    }
+
+    function poll() {
+      fetch("/api/runs?ids=" + encodeURIComponent(ids), { credentials: "same-origin", headers: { accept: "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (data) {
+          if (!data) { setTimeout(poll, 5000); return; }
+          if (render(data)) {
+            text(document.getElementById("batch-live-note"), "Every run has finished.");
+            root.setAttribute("data-live", "");
+          } else {
+            setTimeout(poll, 2000);
+          }
+        })
+        .catch(function () { setTimeout(poll, 5000); });
+    }
+
+    if (ids && root.getAttribute("data-live")) { poll(); }
+  }
+
   function selectAll(box) {
     box.addEventListener("change", function () {
       document.querySelectorAll("input[name=ids]").forEach(function (b) { b.checked = box.checked; });
@@ -115,6 +173,8 @@
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.querySelector("[data-run-id]");
     if (root) { liveRun(root); }
+    var batch = document.getElementById("batch-live");
+    if (batch) { liveBatch(batch); }
     var all = document.getElementById("select-all");
     if (all) { selectAll(all); }
   });

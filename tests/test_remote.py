@@ -198,29 +198,33 @@ def test_manifest_rejects_a_server_entry_without_base_url(tmp_path):
 
 # ---------------------------------------------------------------- the real server
 
+def _start_llama_server(port: int, log: Path) -> subprocess.Popen:
+    """llama-cpp-python's OpenAI-compatible server on loopback ``port`` with the 135M model,
+    once it answers /v1/models."""
+    with log.open("a") as out:
+        process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL_FILE),
+                                    "--model_alias", "smollm2-135m", "--host", "127.0.0.1",
+                                    "--port", str(port), "--n_ctx", "4096", "--verbose", "False"],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    process.kill()
+    pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-500:]}")
+
+
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
     """llama-cpp-python's OpenAI-compatible server on loopback with the 135M model."""
     require_model_file()
     port = _free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL_FILE),
-                                    "--model_alias", "smollm2-135m", "--host", "127.0.0.1",
-                                    "--port", str(port), "--n_ctx", "4096", "--verbose", "False"],
-                                   stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        process.kill()
-        pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-500:]}")
-    yield url, log
+    process = _start_llama_server(port, log)
+    yield f"http://127.0.0.1:{port}", log
     process.terminate()
     process.wait(10)
 
@@ -281,3 +285,42 @@ def test_doctor_probes_a_server_entry(scripted, tmp_path):
         checks = {c.name: c for c in check_models(settings)}
         assert checks["model remote"].ok is ok, checks["model remote"].detail
         assert ("schema enforced" if ok else "schema_check") in checks["model remote"].detail
+
+
+def test_a_server_killed_mid_call_and_restarted_is_waited_for(tmp_path):
+    """The real server SIGKILLed while a call is in flight and started again on its port: the
+    call is retried with back-off (one note per try) and answers; a call after it needs no retry."""
+    import threading
+
+    require_model_file()
+    port, log = _free_port(), tmp_path / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    process = _start_llama_server(port, log)
+    manifest = load_manifest(_manifest(tmp_path, url, response_format="json_object", n_ctx_train=4096,
+                                       http_retries=8))
+    engine = RemoteEngine(manifest.get("remote"), make_settings(tmp_path / "home"))
+    restarted: list[subprocess.Popen] = []
+    try:
+        assert isinstance(engine.structured(MSGS, Pick).colour, str)
+
+        def kill_then_restart() -> None:
+            time.sleep(0.2)
+            process.kill()
+            process.wait(10)
+            time.sleep(1.0)
+            restarted.append(_start_llama_server(port, log))
+
+        threading.Thread(target=kill_then_restart, daemon=True).start()
+        long = [{"role": "user", "content": "Name a colour, and say why in a long sentence. " * 20}]
+        assert isinstance(engine.structured(long, Pick, max_tokens=200).colour, str)
+        assert restarted, "the call answered before the server was killed"
+        assert any("cannot be reached" in note or "timed out" in note for note in engine.notes), engine.notes
+        tries = len(engine.notes)
+        assert isinstance(engine.structured(MSGS, Pick, seed=7).colour, str)
+        assert len(engine.notes) == tries
+    finally:
+        engine.close()
+        for proc in [process, *restarted]:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)

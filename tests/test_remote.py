@@ -57,12 +57,17 @@ def _engine(tmp: Path, url: str, cache: bool = False, **extra: object) -> Remote
 # ---------------------------------------------------------------- a scripted loopback server
 
 class _Script:
-    def __init__(self, answers: list, *, ignore_schema: bool = False, delay: float = 0.0):
+    def __init__(self, answers: list, *, ignore_schema: bool = False, delay: float = 0.0,
+                 total_slots: int | None = None):
         self.answers = answers            # status codes (int) to send before answering
         self.ignore_schema = ignore_schema
         self.delay = delay
+        self.total_slots = total_slots    # what /props says (None: no /props, as most servers)
         self.completions = 0
         self.bodies: list[dict] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.lock = threading.Lock()
 
 
 def _serve(script: _Script):
@@ -83,6 +88,8 @@ def _serve(script: _Script):
         def do_GET(self):
             if self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": "smollm2-135m", "owned_by": "test"}]})
+            elif self.path == "/props" and script.total_slots is not None:
+                self._send(200, {"total_slots": script.total_slots, "model_path": "/models/smollm2.gguf"})
             else:
                 self._send(404, {"detail": "Not Found"})
 
@@ -92,7 +99,12 @@ def _serve(script: _Script):
             if script.answers:
                 self._send(script.answers.pop(0), {"error": "busy"}, {"retry-after": "0"})
                 return
+            with script.lock:
+                script.in_flight += 1
+                script.most_in_flight = max(script.most_in_flight, script.in_flight)
             time.sleep(script.delay)
+            with script.lock:
+                script.in_flight -= 1
             script.completions += 1
             schema = body["response_format"]["json_schema"]["schema"]
             if script.ignore_schema:
@@ -187,6 +199,24 @@ def test_a_server_that_is_down_is_one_line(tmp_path):
     assert url in info.value.one_line() and "cannot be reached" in info.value.one_line()
 
 
+@pytest.mark.parametrize("told,configured,expected", [(3, 0, 3), (3, 2, 2), (None, 0, 1), (None, 4, 4)],
+                         ids=["the server's slots", "the entry's slots", "one where the server does not say",
+                              "the entry's where the server does not say"])
+def test_requests_in_flight_follow_the_servers_slots(scripted, tmp_path, told, configured, expected):
+    """Calls from several threads (a run's nodes) go to the server at once, as many as it has
+    slots (llama-server's /props total_slots) or the entry's slots say; never more."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = _Script([], delay=0.3, total_slots=told)
+    engine = _engine(tmp_path, scripted(script), **({"slots": configured} if configured else {}))
+    engine.probe()
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda n: engine.structured(MSGS, Pick, seed=n), range(6)))
+    assert [a.colour for a in answers] == ["blue"] * 6
+    assert engine.slots == expected and script.most_in_flight == expected
+    assert engine.remote_calls == 7  # the probe and six calls
+
+
 def test_manifest_rejects_a_server_entry_without_base_url(tmp_path):
     from appliance.errors import ConfigError
 
@@ -194,6 +224,9 @@ def test_manifest_rejects_a_server_entry_without_base_url(tmp_path):
     path.write_text('[[model]]\nname = "r"\nkind = "openai"\nmodel = "m"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="base_url"):
         load_manifest(path)
+    for bad in (-1, True, "four", 1000):
+        with pytest.raises(ConfigError, match="slots must be a count"):
+            load_manifest(_manifest(tmp_path, "http://127.0.0.1:1", slots=bad))
 
 
 # ---------------------------------------------------------------- the real server

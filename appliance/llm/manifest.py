@@ -52,7 +52,8 @@ _HEADER = """\
 # A model served by an OpenAI-compatible server instead: kind = "openai", base_url, model
 # (the server's model name), roles, and optionally response_format ("json_schema", or
 # "json_object" for llama-cpp-python's server), schema_check ("enforce", or "validate" to
-# accept a server that ignores schemas), timeout, http_retries, api_key_env, n_ctx_train.
+# accept a server that ignores schemas), timeout, http_retries, api_key_env, n_ctx_train, slots
+# (requests in flight at once; 0 = as many as the server's /props total_slots says, else 1).
 """
 
 
@@ -104,10 +105,13 @@ class RemoteSpec:
     http_retries: int = 4
     # Name of an environment variable holding a bearer token ("" = none).
     api_key_env: str = ""
+    # Requests one engine has in flight at once: the server's parallel slots. 0: as many as
+    # llama-server's /props total_slots says, 1 where the server does not say.
+    slots: int = 0
 
 
 _REMOTE_KEYS = {"base_url", "model", "response_format", "schema_check", "timeout", "http_retries",
-                "api_key_env"}
+                "api_key_env", "slots"}
 
 
 def _remote_from_table(table: dict, where: str, name: str) -> RemoteSpec:
@@ -128,12 +132,15 @@ def _remote_from_table(table: dict, where: str, name: str) -> RemoteSpec:
         raise ConfigError(f"{where} ({name}): timeout must be a positive number of seconds")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigError(f"{where} ({name}): http_retries must be a count >= 0")
+    slots = table.get("slots", 0)
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 0 <= slots <= 256:
+        raise ConfigError(f"{where} ({name}): slots must be a count from 0 (ask the server) to 256")
     key_env = table.get("api_key_env", "")
     if not isinstance(key_env, str):
         raise ConfigError(f"{where} ({name}): api_key_env must be an environment variable's name")
     return RemoteSpec(base_url=base.rstrip("/"), model=model, response_format=fmt,
                       schema_check=check, timeout=float(timeout), http_retries=retries,
-                      api_key_env=key_env)
+                      api_key_env=key_env, slots=slots)
 
 
 @dataclass
@@ -313,6 +320,8 @@ def _render_remote(m: ModelEntry) -> list[str]:
              "roles = [" + ", ".join(_toml_str(x) for x in m.roles) + "]"]
     if r.api_key_env:
         lines.append(f"api_key_env = {_toml_str(r.api_key_env)}")
+    if r.slots:
+        lines.append(f"slots = {r.slots}")
     if m.source:
         lines.append(f"source = {_toml_str(m.source)}")
     return lines + [""]

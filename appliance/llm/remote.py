@@ -42,8 +42,10 @@ _BACKOFF_CAP = 30.0
 
 
 class RemoteEngine(CallCounting):
-    """One model on an OpenAI-compatible server. Thread-safe; requests of one engine are
-    sent one at a time (calls of one run stay ordered, which is what prefix reuse rewards)."""
+    """One model on an OpenAI-compatible server. Thread-safe; as many requests in flight as
+    the server has slots (the entry's ``slots``, else llama-server's /props ``total_slots``,
+    else one). A run's calls are made in its own order on each of its threads, so calls that
+    share a prompt prefix (a claim's votes) still follow one another."""
 
     def __init__(self, entry: ModelEntry, settings: Settings, *, cache: CallCache | None = None,
                  client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep):
@@ -70,6 +72,9 @@ class RemoteEngine(CallCounting):
         self._init_counting()
         self._identity: str | None = None
         self._probed = False
+        self._props_data: dict | None = None
+        self._slots: threading.BoundedSemaphore | None = None
+        self.slots = 0   # requests in flight at once, known after the first call
         # Requests that reached the server's generation endpoint (the probe included).
         self.remote_calls = 0
         # One line per transient problem met (429, 503, timeout, connection refused).
@@ -107,20 +112,34 @@ class RemoteEngine(CallCounting):
                 self._identity = "|".join(parts)
             return self._identity
 
+    def _server_props(self) -> dict:
+        """llama-server's /props (the loaded file, its slots); {} where the server has none."""
+        if self._props_data is None:
+            self._props_data = {}
+            try:
+                response = self._client.get("/props")
+                props = response.json() if response.status_code == 200 else {}
+            except (httpx.HTTPError, ValueError):
+                props = {}
+            if isinstance(props, dict):
+                self._props_data = props
+        return self._props_data
+
     def _props(self) -> str:
-        # llama-server's /props names the loaded file; other servers have no such page.
-        try:
-            response = self._client.get("/props")
-        except httpx.HTTPError:
-            return ""
-        if response.status_code != 200:
-            return ""
-        try:
-            props = response.json()
-        except ValueError:
-            return ""
-        settings = props.get("default_generation_settings", {}) if isinstance(props, dict) else {}
-        return str(props.get("model_path") or settings.get("model") or "") if isinstance(props, dict) else ""
+        props = self._server_props()
+        settings = props.get("default_generation_settings", {})
+        settings = settings if isinstance(settings, dict) else {}
+        return str(props.get("model_path") or settings.get("model") or "")
+
+    def _slot_gate(self) -> threading.BoundedSemaphore:
+        """The gate of requests in flight: the entry's slots, else the server's, else one."""
+        with self._lock:
+            if self._slots is None:
+                told = self._server_props().get("total_slots") if not self.spec.slots else None
+                server = told if isinstance(told, int) and not isinstance(told, bool) and told > 0 else 1
+                self.slots = min(256, self.spec.slots or server)
+                self._slots = threading.BoundedSemaphore(self.slots)
+            return self._slots
 
     def probe(self) -> bool:
         """Ask for a value only the schema names: True when the server honoured it. A server
@@ -212,7 +231,7 @@ class RemoteEngine(CallCounting):
             body = self._body(current, schema_obj, schema.__name__, max_tokens=budget,
                               temperature=temperature, top_p=top_p, seed=seed)
             started = time.monotonic()
-            with self._lock:
+            with self._slot_gate():
                 raw, finish, usage = self._complete(body)
             record.attempts += 1
             record.seconds += time.monotonic() - started
@@ -244,7 +263,8 @@ class RemoteEngine(CallCounting):
                 "seed": seed, "stream": False}
 
     def _complete(self, body: dict[str, Any]) -> tuple[str, str, dict]:
-        self.remote_calls += 1
+        with self._lock:
+            self.remote_calls += 1
         data = self._request("POST", "/v1/chat/completions", body).json()
         try:
             choice = data["choices"][0]

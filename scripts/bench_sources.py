@@ -9,9 +9,15 @@ Measures:
     supporting-passage recall@10 on musique-dev; at the synthetic size also how many of the
     exact top-10 vector results the ANN index finds (when it has one);
   - SearXNG round trip (p50/p95): a real SearXNG started like the test fixture, searching
-    a loopback fixture site through a json_engine.
+    a loopback fixture site through a json_engine;
+  - documents: `corpus add` of a folder of generated PDFs (F files, then 4F; real PDFs printed
+    by WeasyPrint, fonts embedded, several paragraphs a page) in pages/s, against the PDF reader
+    alone plus embedding alone of the very chunks it writes (goal: ingest >= 0.8x), and the peak
+    RSS of each add in a process of its own (goal: flat from F to 4F files). The add writes in
+    batches of --doc-batch-chunks chunks (the product's batch is larger; a small one makes the
+    larger folder span several batches, which is what bounded memory is about).
 
-Usage: .venv/bin/python scripts/bench_sources.py [--synthetic N] [--plain N] [--queries N] [--out FILE]
+Usage: .venv/bin/python scripts/bench_sources.py [--synthetic N] [--plain N] [--queries N] [--files F] [--out FILE]
 Results go to stdout (a table) and to bench-out/sources.json. The synthetic corpus is
 generated in a temporary folder (never committed) and removed afterwards.
 """
@@ -208,6 +214,94 @@ def bench_corpus(work: Path, questions: list[dict], synthetic_count: int, querie
     return results
 
 
+def write_pdfs(folder: Path, first: int, count: int, pages: int, seed: int = 5) -> None:
+    """``count`` PDFs of ``pages`` pages each, printed by WeasyPrint from paragraphs recombined
+    from the musique-dev sentences (each file its own text, so none is a duplicate)."""
+    from weasyprint import HTML
+
+    rng = random.Random(seed + first)
+    records = [json.loads(line) for line in (MUSIQUE / "corpus.jsonl").open(encoding="utf-8")]
+    sentences = [s for r in records for s in re.split(r"(?<=[.!?])\s+", r["text"]) if len(s) > 30]
+    folder.mkdir(parents=True, exist_ok=True)
+    for number in range(first, first + count):
+        body = []
+        for page in range(pages):
+            paragraphs = ["<p>" + " ".join(rng.sample(sentences, 4)) + "</p>" for _ in range(4)]
+            body.append(f"<section><h2>Report {number}, part {page + 1}</h2>{''.join(paragraphs)}</section>")
+        html = ("<html><head><style>section { page-break-after: always; } body { font: 11pt serif; }"
+                "</style></head><body>" + "".join(body) + "</body></html>")
+        HTML(string=html).write_pdf(folder / f"report-{number:04d}.pdf")
+
+
+def documents_child(mode: str, folder: str, home: str, batch_chunks: int) -> dict:
+    """One measurement in this (fresh) process: ``ingest`` (corpus add) or ``reader`` (the
+    reader, then embedding of the chunks the add would write); seconds after the embedder is
+    loaded, and the peak RSS."""
+    import resource
+
+    import appliance.sources.corpus as corpus_module
+    from appliance.embed import get_embedder
+    from appliance.sources.corpus import Corpus
+    from appliance.sources.ingest import ReadLog, iter_documents
+
+    settings = settings_for(Path(home))
+    embedder = get_embedder(settings)
+    embedder.encode(["warm up"])
+    loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out: dict = {"rss_after_load_mb": round(loaded_rss / 1024, 1)}
+    if mode == "ingest":
+        corpus_module._BATCH_CHUNKS = batch_chunks
+        started = time.perf_counter()
+        report = Corpus(settings, "documents").add([folder])
+        out.update(seconds=time.perf_counter() - started, pages=report.documents, chunks=report.chunks_added,
+                   skipped=len(report.skipped))
+    else:
+        started = time.perf_counter()
+        docs = list(iter_documents([folder], ReadLog()))
+        read_s = time.perf_counter() - started
+        texts = Corpus(settings, "unused")._rows(docs)[corpus_module._FTS_COLUMN]
+        started = time.perf_counter()
+        Corpus._embed(texts, embedder, 0, None)
+        out.update(read_seconds=read_s, embed_seconds=time.perf_counter() - started, pages=len(docs),
+                   chunks=len(texts))
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def _child(args: list[str]) -> dict:
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__, "--documents-child", *args], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"error: documents measurement {args[0]} failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_documents(work: Path, files: int, pages: int, batch_chunks: int) -> dict:
+    small, large = work / "docs-f", work / "docs-4f"
+    started = time.perf_counter()
+    write_pdfs(small, 0, files, pages)
+    write_pdfs(large, 0, 4 * files, pages)
+    print(f"wrote {5 * files} PDFs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    results: dict = {"files": files, "pages_per_file": pages, "batch_chunks": batch_chunks}
+    for label, folder in (("f", small), ("4f", large)):
+        reader = _child(["reader", str(folder), str(work / f"home-reader-{label}"), str(batch_chunks)])
+        ingest = _child(["ingest", str(folder), str(work / f"home-ingest-{label}"), str(batch_chunks)])
+        alone = reader["read_seconds"] + reader["embed_seconds"]
+        results[label] = {
+            "pages": ingest["pages"], "chunks": ingest["chunks"], "skipped": ingest["skipped"],
+            "ingest_pages_per_s": round(ingest["pages"] / ingest["seconds"], 1),
+            "reader_pages_per_s": round(reader["pages"] / reader["read_seconds"], 1),
+            "reader_plus_embed_pages_per_s": round(reader["pages"] / alone, 1),
+            "ingest_vs_reader_plus_embed": round((ingest["pages"] / ingest["seconds"]) / (reader["pages"] / alone), 3),
+            "ingest_peak_rss_mb": ingest["peak_rss_mb"], "rss_after_load_mb": ingest["rss_after_load_mb"],
+            "reader_peak_rss_mb": reader["peak_rss_mb"]}
+        print(f"documents {label}: {results[label]}", file=sys.stderr)
+    results["peak_rss_4f_over_f"] = round(results["4f"]["ingest_peak_rss_mb"] / results["f"]["ingest_peak_rss_mb"], 3)
+    return results
+
+
 def print_table(results: dict) -> None:
     print(f"{'measure':<52}{'value':>22}")
     if "musique_ingest" in results:
@@ -233,6 +327,19 @@ def print_table(results: dict) -> None:
     if "searxng" in results:
         sx = results["searxng"]
         print(f"{'SearXNG round trip p50 / p95':<52}{str(sx['p50_ms']) + ' / ' + str(sx['p95_ms']) + ' ms':>22}")
+    if "documents" in results:
+        d = results["documents"]
+        for label, count in (("f", d["files"]), ("4f", 4 * d["files"])):
+            r = d[label]
+            head = f"documents, {count} PDFs ({r['pages']} pages)"
+            for name, value in ((f"{head}: ingest", f"{r['ingest_pages_per_s']} pages/s"),
+                                ("  reader alone / reader + embedding alone",
+                                 f"{r['reader_pages_per_s']} / {r['reader_plus_embed_pages_per_s']}"),
+                                ("  ingest / (reader + embedding) (goal >= 0.8)", f"{r['ingest_vs_reader_plus_embed']}"),
+                                ("  peak RSS of the add (after model load)",
+                                 f"{r['ingest_peak_rss_mb']} ({r['rss_after_load_mb']}) MB")):
+                print(f"{name:<52}{value:>22}")
+        print(f"{'documents: peak RSS 4F / F (goal flat, ~1.0)':<52}{d['peak_rss_4f_over_f']:>22}")
 
 
 def main() -> int:
@@ -241,9 +348,20 @@ def main() -> int:
     parser.add_argument("--plain", type=int, default=10000,
                         help="synthetic passages encoded plainly for the ratio (half before, half after the ingest; 0: all)")
     parser.add_argument("--queries", type=int, default=100, help="queries timed per corpus and for SearXNG")
-    parser.add_argument("--parts", default="corpus,searxng", help="comma-separated: corpus, searxng")
+    parser.add_argument("--parts", default="corpus,searxng,documents",
+                        help="comma-separated: corpus, searxng, documents")
+    parser.add_argument("--files", type=int, default=20, help="PDFs in the smaller documents folder (F; the larger has 4F)")
+    parser.add_argument("--pages", type=int, default=8, help="pages per generated PDF")
+    parser.add_argument("--doc-batch-chunks", type=int, default=256,
+                        help="chunks per written batch in the documents adds")
+    parser.add_argument("--documents-child", nargs=4, metavar=("MODE", "FOLDER", "HOME", "BATCH"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(REPO / "bench-out" / "sources.json"), help="JSON results file")
     args = parser.parse_args()
+    if args.documents_child:
+        mode, folder, home, batch = args.documents_child
+        print(json.dumps(documents_child(mode, folder, home, int(batch))))
+        return 0
     if not (MUSIQUE / "questions.jsonl").is_file():
         sys.exit(f"error: no bench at {MUSIQUE} (questions.jsonl, corpus.jsonl): put the team's musique-dev folder there")
 
@@ -258,6 +376,8 @@ def main() -> int:
         if "searxng" in parts:
             results["searxng"] = searxng_round_trip(work, args.queries)
             print(f"searxng: {results['searxng']}", file=sys.stderr)
+        if "documents" in parts:
+            results["documents"] = bench_documents(work, args.files, args.pages, args.doc_batch_chunks)
     results["machine"]["load_avg_end"] = os.getloadavg()
 
     out = Path(args.out)

@@ -198,3 +198,31 @@ def test_doctor_says_whether_ocr_can_read_the_configured_languages(tmp_path, mon
     monkeypatch.setattr(ocr.shutil, "which", lambda name: None)
     missing = check_ocr(make_settings(tmp_path / "c"))
     assert not missing.ok and "tesseract-ocr" in missing.detail and not missing.required
+
+
+@needs_tesseract
+def test_a_partly_scanned_pdf_added_without_ocr_is_read_again_once_ocr_is_on(tmp_path, monkeypatch):
+    """Its typed page is added and its scan named; adding again without OCR changes nothing;
+    once OCR is on the file is read again (its scan now searchable, cited as OCR), and after
+    that it is unchanged."""
+    from appliance.sources import ocr
+    from appliance.sources.corpus import Corpus
+
+    folder = tmp_path / "minutes"
+    folder.mkdir()
+    write_mixed(folder / "mixed.pdf", tmp_path)
+    settings = make_settings(tmp_path / "home", **{"search.backend": "corpus", "search.corpus": "minutes"})
+    corpus = Corpus(settings, "minutes")
+    with monkeypatch.context() as without:
+        without.setattr(ocr.shutil, "which", lambda name: None)
+        first = corpus.add([folder])
+        assert (first.files_added, first.chunks_added) == (1, 1)
+        assert any("no text layer (1 scanned page: p. 2" in line for line in first.skipped)
+        again = corpus.add([folder])
+        assert (again.files_unchanged, again.files_updated, again.chunks_added) == (1, 0, 0)
+    with_ocr = corpus.add([folder])
+    assert (with_ocr.files_updated, with_ocr.chunks_added) == (1, 2) and not with_ocr.skipped
+    hits = corpus.search("When was the Orlen Bridge opened?", limit=3)
+    assert hits[0].title == "mixed.pdf, p. 2 (OCR)"
+    last = corpus.add([folder])
+    assert (last.files_unchanged, last.files_updated, last.chunks_added) == (1, 0, 0)

@@ -31,6 +31,8 @@ _TEXT_COLUMNS = ("id", "doc_id", "chunk", "title", "text", _FTS_COLUMN, "source"
 # Columns a corpus made before documents kept their file and place gets on its next add.
 _FILE_COLUMNS = ("path", "file_hash", "location")
 _WORDS = re.compile(r"\w+", re.UNICODE)
+# Appended to the stored hash of a file whose scanned pages were skipped for want of OCR.
+OCR_PENDING = "+ocr-pending"
 # Chunks embedded and written per batch: bounds memory on big folders (about 30 MB of text and
 # vectors), and keeps LanceDB's fragments few and large (each write is one fragment).
 _BATCH_CHUNKS = 16384
@@ -237,11 +239,14 @@ class Corpus:
         new_files: set[str] = set()
 
         def check(path: str, digest: str) -> str:
+            from . import ocr
+
             stored = files.get(path)
             if stored is None:
                 new_files.add(path)
                 return "new"
-            if stored.digest == digest:
+            # A file whose scans were left for want of OCR is read again once OCR is on.
+            if stored.digest == digest or (stored.digest == digest + OCR_PENDING and ocr.program() is None):
                 report.unchanged += len(stored.doc_ids)
                 return "unchanged"
             # Changed: its old passages go now (a page it no longer has must not stay), and
@@ -256,8 +261,11 @@ class Corpus:
         batch_chunks = 0
         seen: dict[str, str] = {}
         produced: set[str] = set()
+        digests: dict[str, str] = {}
         for doc in self._documents(paths, log, check):
             report.documents += 1
+            if doc.path:
+                digests[doc.path] = doc.file_hash
             state = self._classify(doc, known, seen, report)
             if state is None:
                 continue
@@ -270,6 +278,7 @@ class Corpus:
                 batch, batch_chunks = [], 0
         if batch:
             self._write(table, batch, known, embedder, report, progress)
+        self._mark_ocr_pending(table, {p: digests[p] for p in log.ocr_pending if p in digests})
         report.files_added = len(produced)
         report.files_unchanged = log.unchanged_files
         if prune:
@@ -287,6 +296,13 @@ class Corpus:
             self._drop()
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    @staticmethod
+    def _mark_ocr_pending(table, digests: dict[str, str]) -> None:
+        """Mark the files just read whose scanned pages were left for want of OCR: their
+        stored hash carries OCR_PENDING, so an add once OCR is on reads them again."""
+        for path, digest in digests.items():
+            table.update(where=f"path = {_quote(path)}", values={"file_hash": digest + OCR_PENDING})
 
     def _documents(self, paths: list[str | Path], log: ReadLog, check) -> Iterator[Document]:
         """The documents of ``paths``, scanned PDF pages read in the configured OCR languages."""

@@ -49,6 +49,8 @@ class Part:
     page: int = 0
     # A part that could not be read (an attachment): the reason; ``text`` is then empty.
     skipped: str = ""
+    # Skipped only for want of OCR (tesseract missing or switched off): read once OCR is on.
+    needs_ocr: bool = False
 
 
 class Unreadable(Exception):
@@ -186,7 +188,7 @@ def read_pdf(src: Src, name: str) -> Iterator[Part]:
         shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
         if why == "no text layer":
             scope = "a scanned PDF" if len(labels) == pages else f"{len(labels)} scanned page{'s' if len(labels) > 1 else ''}: {shown}"
-            yield Part(text="", skipped=f"no text layer ({scope}; {ocr.missing_hint()})")
+            yield Part(text="", skipped=f"no text layer ({scope}; {ocr.missing_hint()})", needs_ocr=True)
         else:
             yield Part(text="", skipped=f"{len(labels)} scanned page{'s' if len(labels) > 1 else ''} not read ({shown}: {why})")
 

@@ -60,6 +60,8 @@ class ReadLog:
     skipped: list[str] = field(default_factory=list)
     # Absolute paths of the files found and hashed (whether read or unchanged).
     seen: set[str] = field(default_factory=set)
+    # Absolute paths of files with pages skipped only for want of OCR (scans read without it).
+    ocr_pending: set[str] = field(default_factory=set)
     unchanged_files: int = 0
 
 
@@ -164,6 +166,8 @@ def _read_parts(path: Path, doc_id: str, log: ReadLog) -> Iterator[Document]:
         for part in _parts(path):
             if part.skipped:
                 log.skipped.append(f"{path}: {part.skipped}")
+                if part.needs_ocr:
+                    log.ocr_pending.add(str(path.resolve()))
                 reported = True
                 continue
             if not part.text.strip():

@@ -183,19 +183,22 @@ def start_dates(out_dir: Path, items: list[BatchItem], *, force: bool = False) -
     """Give each item the date its answer is for, recorded before anything is answered.
 
     A question first started on an earlier day keeps that day (a run resumed after midnight
-    replays its calls instead of answering anew); a new one, or any with ``force``, gets today,
-    and the record is written before its run begins. One small file per question, so that
-    concurrent batches on one folder (``make -j`` over ``--emit-make`` targets) never clash.
+    replays its calls instead of answering anew); a new one, one whose id now names another
+    question, or any with ``force``, gets today, and the record (the date and the question's
+    hash) is written before its run begins. One small file per question, so that concurrent
+    batches on one folder (``make -j`` over ``--emit-make`` targets) never clash.
     """
     folder = out_dir / STARTED_DIR
     today = questions.today().isoformat()
     for item in items:
         record = folder / item.id
+        asked = question_id(item.question)
         recorded = ""
         if not force:
             try:
-                recorded = record.read_text(encoding="utf-8").strip()
-                dt.date.fromisoformat(recorded)
+                date, for_question = record.read_text(encoding="utf-8").split()
+                dt.date.fromisoformat(date)
+                recorded = date if for_question == asked else ""
             except (OSError, UnicodeDecodeError, ValueError):
                 recorded = ""   # none yet, or unreadable: this run starts it
         if recorded:
@@ -203,7 +206,7 @@ def start_dates(out_dir: Path, items: list[BatchItem], *, force: bool = False) -
             continue
         item.date = today
         try:
-            write_atomic(record, today + "\n")
+            write_atomic(record, f"{today} {asked}\n")
         except OSError as exc:
             raise ApplianceError(f"cannot write {record}: {exc}",
                                  hint="the output folder must be writable") from None

@@ -151,17 +151,22 @@ def test_a_question_keeps_the_date_it_was_first_started(tmp_path, monkeypatch):
     monkeypatch.setattr(questions_module, "today", lambda: dt.date(2031, 5, 4))
     start_dates(out, items[:1])
     assert items[0].date == "2031-05-04" and item_today(items[0]) == dt.date(2031, 5, 4)
-    assert (out / ".started" / "a").read_text(encoding="utf-8").strip() == "2031-05-04"
+    assert (out / ".started" / "a").read_text(encoding="utf-8").split()[0] == "2031-05-04"
 
     monkeypatch.setattr(questions_module, "today", lambda: dt.date(2031, 5, 5))
     (out / ".started" / "b").write_text("not a date\n", encoding="utf-8")
     again = [BatchItem(id="a", question="What is A?"), BatchItem(id="b", question="What is B?")]
     start_dates(out, again)
     assert [i.date for i in again] == ["2031-05-04", "2031-05-05"]
-    assert (out / ".started" / "b").read_text(encoding="utf-8").strip() == "2031-05-05"
+    assert (out / ".started" / "b").read_text(encoding="utf-8").split()[0] == "2031-05-05"
+
+    # The id now names another question (the file was edited): that one starts today.
+    edited = [BatchItem(id="a", question="What is A, really?")]
+    start_dates(out, edited)
+    assert edited[0].date == "2031-05-05"
 
     forced = [BatchItem(id="a", question="What is A?")]
     start_dates(out, forced, force=True)
     assert forced[0].date == "2031-05-05"
-    assert (out / ".started" / "a").read_text(encoding="utf-8").strip() == "2031-05-05"
+    assert (out / ".started" / "a").read_text(encoding="utf-8").split()[0] == "2031-05-05"
     assert item_today(BatchItem(id="c", question="What is C?")) is None

@@ -162,3 +162,29 @@ def test_a_choice_between_two_is_answered_with_one_of_them(tmp_path):
     off, _, engine = _run(tmp_path / "off", "Ida Brandt", question=question, disabled=["answer-choice"])
     assert [schema for purpose, schema in engine.schemas if purpose == "answer"] == [ShortAnswer]
     assert "answer-choice" not in off.report["stats"]["checks"]
+
+
+def test_a_choice_of_which_came_first_is_decided_by_the_years_of_each_side():
+    """Check answer-dates: each side's earliest year in the evidence sentences that name it
+    alone decides a first/earlier/older (or later/younger) choice; a side without a year, a
+    tie, a sentence naming both, or a question that asks no order leaves the answer as it is."""
+    from appliance.pipeline.checks import Switches
+    from appliance.pipeline.forms import asked_order, checked_answer, dated_choice
+
+    evidence = ("[c1] Ardmore Pier opened in 1887 and was lengthened in 1960.\n"
+                "[c2] The Velka Bridge was built in 1931.\n"
+                "[c3] In 1850 the Velka Bridge and Ardmore Pier were both only plans.")
+    first = "Which opened first, the Velka Bridge or Ardmore Pier?"
+    assert asked_order(first) == "first" and asked_order("Who is younger, Ida Brandt or Jon Lindqvist?") == "later"
+    assert asked_order("Which is older and which is newer, A or B?") == ""
+    assert dated_choice(first, evidence) == "Ardmore Pier"
+    assert dated_choice("Which opened later, the Velka Bridge or Ardmore Pier?", evidence) == "Velka Bridge"
+    assert dated_choice("Which is longer, the Velka Bridge or Ardmore Pier?", evidence) == ""
+    assert dated_choice(first, "[c1] Ardmore Pier opened in 1887.\n[c2] The Velka Bridge is long.") == ""
+    assert dated_choice(first, "[c1] Ardmore Pier opened in 1931.\n[c2] The Velka Bridge opened in 1931.") == ""
+    assert dated_choice(first, None) == ""
+
+    assert checked_answer("Velka Bridge", evidence, first) == ("Ardmore Pier", ["answer-dates"])
+    assert checked_answer("unknown", evidence, first) == ("Ardmore Pier", ["answer-dates"])
+    assert checked_answer("Ardmore Pier", evidence, first) == ("Ardmore Pier", [])
+    assert checked_answer("Velka Bridge", evidence, first, Switches({"answer-dates"})) == ("Velka Bridge", [])

@@ -103,6 +103,10 @@ CHECKS: tuple[Check, ...] = (
           "Holds the answer to a question that asks to choose between two named things to one of "
           "them or unknown (the answer's grammar allows nothing else).",
           "forms:offered_choice"),
+    Check("answer-dates", "answer",
+          "Answers a choice of which of two came first (or later) with the one whose earliest year, "
+          "in the evidence's sentences naming it and not the other, decides it, when both have one.",
+          "forms:dated_choice"),
     Check("answer-part", "answer",
           "Cuts a sentence answer to the part that answers: what follows a lead that says the "
           "question again, or the one date of a sentence for a question asking when.",

@@ -50,6 +50,11 @@ def checked_answer(answer: str, evidence: str | None, question: str = "",
         if part != text:
             fired.append("answer-part")
             text = part
+    if question and switches.on("answer-dates"):
+        decided = dated_choice(question, evidence)
+        if decided and decided.lower() != text.lower():
+            fired.append("answer-dates")
+            text = decided
     if not text:
         return "", fired
     form = asked_form(question) if question else "phrase"
@@ -247,6 +252,51 @@ def compared(question: str) -> list[str]:
     return []
 
 
+# A choice of which came first, or which came later ("Which opened first, ...?", "Who is older,
+# ...?"): the words that ask it.
+_ORDER_FIRST = re.compile(r"\b(first|earlier|earliest|older|oldest|sooner)\b", re.IGNORECASE)
+_ORDER_LATER = re.compile(r"\b(later|latest|younger|youngest|newer|newest|more recent|most recent)\b",
+                          re.IGNORECASE)
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+
+
+def asked_order(question: str) -> str:
+    """"first" when a question asks which came first (earlier, older), "later" when it asks
+    which came later (younger, more recent), "" when it asks neither or both."""
+    first, later = bool(_ORDER_FIRST.search(question)), bool(_ORDER_LATER.search(question))
+    return "first" if first and not later else "later" if later and not first else ""
+
+
+def dated_choice(question: str, evidence: str | None) -> str:
+    """Check answer-dates: for a choice of which of two came first (or later), the one whose
+    earliest year, in the evidence's sentences that name it and not the other, is the earlier
+    (or the later): "Ardmore Pier opened in 1887." and "The Velka Bridge was built in 1931."
+    decide "Which opened first, the Velka Bridge or Ardmore Pier?" whatever a small model
+    makes of the two numbers. "" when the question is no such choice, a choice has no year,
+    or the years tie."""
+    from ..sources.sentences import split_sentences
+    from .names import GENERIC_NAMES, name_found, names
+
+    order = asked_order(question)
+    choices = _choice(question) if order and evidence else []
+    wanted = [names(c, openers=True) - GENERIC_NAMES for c in choices]
+    if len(choices) != 2 or not all(wanted) or not evidence:
+        return ""
+    earliest: list[int | None] = [None, None]
+    for sentence in split_sentences(evidence):
+        said = names(sentence, openers=True)
+        which = [i for i, want in enumerate(wanted) if all(name_found(n, said) for n in want)]
+        years = [int(y) for y in _YEAR.findall(sentence)]
+        if len(which) != 1 or not years:
+            continue
+        i, seen = which[0], earliest[which[0]]
+        earliest[i] = min(years) if seen is None else min(seen, *years)
+    a, b = earliest
+    if a is None or b is None or a == b:
+        return ""
+    return choices[0] if (a < b) == (order == "first") else choices[1]
+
+
 def offered_choice(question: str, switches: Switches = ALL_ON) -> list[str]:
     """Check answer-choice: the two named things a question asks to choose between ("Which
     opened first, the Velka Bridge or Ardmore Pier?" -> ["Velka Bridge", "Ardmore Pier"]), or
@@ -255,6 +305,10 @@ def offered_choice(question: str, switches: Switches = ALL_ON) -> list[str]:
     answers with the year it read ("in 1931"), which names neither."""
     if not switches.on("answer-choice"):
         return []
+    return _choice(question)
+
+
+def _choice(question: str) -> list[str]:
     text = " ".join(question.split())
     for match in _PAIR.finditer(text):
         if match.group("op") != "or":

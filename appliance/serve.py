@@ -19,6 +19,9 @@ import asyncio
 import hmac
 import json
 import logging
+import os
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, MutableMapping
 from urllib.parse import urlencode
@@ -41,6 +44,26 @@ MAX_IDS = 1000                  # runs one GET /api/runs?ids= names (a batch pag
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TOKEN_COOKIE = "appliance_token"
+
+
+# How much nicer than the runs the thread that answers requests is (Linux): a run's model and
+# embedding threads keep their priority, so many clients polling never slow a run down; when
+# the CPU is busy, the clients wait a little longer instead.
+SERVE_NICENESS = 10
+
+
+def serve_behind_runs() -> bool:
+    """Make the calling thread (the event loop, and every thread it starts from now on: the
+    request handlers' executor) nicer than the runs, whose workers were started before. Only
+    this thread: Linux gives each thread its own nice value. False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + SERVE_NICENESS))
+    except OSError:
+        return False
+    return True
 
 
 class Refusal(Exception):

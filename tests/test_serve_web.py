@@ -6,7 +6,10 @@ beyond loopback, and nothing a page is given becomes a path."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -231,3 +234,31 @@ def test_batch_upload_queues_each_line_with_a_link(server):
         for run_id in ids:   # leave the queue as the other tests expect it
             client.delete(f"/api/runs/{run_id}")
     assert "Traceback" not in server.log_text()
+
+
+def _nice_values(pid: int) -> dict[int, int]:
+    """Each thread's nice value (field 19 of /proc/PID/task/TID/stat)."""
+    values = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        values[int(task.name)] = int(stat.rsplit(")", 1)[1].split()[16])
+    return values
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_the_thread_that_answers_requests_yields_to_the_runs(tmp_path):
+    """The server's event loop (and the request handlers it starts) runs nicer than the job
+    workers started before it, so clients polling hard never take the CPU from a run."""
+    from appliance.serve import SERVE_NICENESS
+
+    (tmp_path / "home").mkdir()
+    served = Server(tmp_path / "home").start()
+    try:
+        with httpx.Client(base_url=served.url, timeout=30) as client:
+            assert client.get("/api/runs").status_code == 200   # the executor has a thread now
+        values = _nice_values(served.process.pid)
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert values[served.process.pid] == min(19, base + SERVE_NICENESS)   # the main thread: the loop
+        assert base in values.values(), values   # the job worker kept the priority it started with
+    finally:
+        served.stop()

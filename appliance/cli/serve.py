@@ -35,7 +35,7 @@ def serve(host, port, token, workers, max_queued):
     import uvicorn
 
     from ..jobs import DEFAULT_MAX_QUEUED, JobQueue, Runner
-    from ..serve import ServeConfig, create_app
+    from ..serve import ServeConfig, create_app, serve_behind_runs
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     ctx = app()
@@ -48,6 +48,8 @@ def serve(host, port, token, workers, max_queued):
     recovered = runner.start()
     if recovered:
         click.echo(f"re-entered {len(recovered)} run(s) left running: {', '.join(recovered)}", err=True)
+    # After the workers started: they keep their priority, the request handlers yield to them.
+    serve_behind_runs()
     config = ServeConfig(queue=queue, config_file=ctx.config_file, token=token)
     server = uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=port, log_level="warning",
                                            access_log=False, lifespan="off"))

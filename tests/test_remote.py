@@ -18,7 +18,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from appliance.errors import ModelError
+from appliance.errors import ModelError, ModelOutputError
 from appliance.llm.cache import CallCache
 from appliance.llm.manifest import load_manifest
 from appliance.llm.remote import RemoteEngine
@@ -150,6 +150,34 @@ def test_the_schema_goes_to_the_server_and_a_second_call_replays(scripted, tmp_p
     assert again.structured(MSGS, Pick).colour == "blue"
     assert script.completions == 2 and again.remote_calls == 0  # replay: 0 remote calls
     assert again.accounting.cache_hits == 1
+
+
+def test_the_server_gets_the_contract_without_string_lengths_and_the_answer_is_checked_against_them(
+        scripted, tmp_path):
+    """A string's maxLength, which llama.cpp's servers expand past their grammar limit inside
+    bounded lists, is not sent; enums, required keys and item counts are. An answer over the
+    length is invalid here, and retried."""
+    from pydantic import Field
+
+    from appliance.contracts import ReportDraft
+    from appliance.llm.grammar import schema_json
+    from appliance.llm.remote import server_schema
+
+    full = json.loads(schema_json(ReportDraft))
+    sent = server_schema(full)
+    assert "maxLength" in json.dumps(full) and "maxLength" not in json.dumps(sent)
+    assert json.dumps(sent).count("maxItems") == json.dumps(full).count("maxItems")
+    assert sent["required"] == full["required"]
+
+    class Short(BaseModel):
+        colour: str = Field(max_length=3)
+
+    script = _Script([])
+    engine = _engine(tmp_path, scripted(script))
+    with pytest.raises(ModelOutputError):
+        engine.structured(MSGS, Short)   # the scripted server always says "blue"
+    assert "maxLength" not in json.dumps(script.bodies[-1]["response_format"])
+    assert len(script.bodies) == 1 + 1 + engine.settings.llm.max_retries  # the probe, the tries
 
 
 def test_a_server_that_ignores_the_schema_is_refused(scripted, tmp_path):

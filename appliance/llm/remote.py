@@ -32,7 +32,7 @@ from .manifest import ModelEntry, RemoteSpec
 M = TypeVar("M", bound=BaseModel)
 
 # Part of every remote cache key: bump it when request construction or retries change.
-REMOTE_VERSION = 1
+REMOTE_VERSION = 2
 _PROBE_VALUES = ("quokka-7", "zebra-3")
 _PROBE_SCHEMA: dict[str, Any] = {
     "type": "object", "properties": {"pick": {"type": "string", "enum": list(_PROBE_VALUES)}},
@@ -206,7 +206,7 @@ class RemoteEngine(CallCounting):
                     return hit
         try:
             self.probe()
-            instance, raw = self._attempts(msgs, schema, json.loads(text), budget, temp, nucleus,
+            instance, raw = self._attempts(msgs, schema, server_schema(json.loads(text)), budget, temp, nucleus,
                                            seed, record)
         except Exception as exc:
             record.ok = False
@@ -309,6 +309,23 @@ class RemoteEngine(CallCounting):
         raise ModelError(f"{self.where} {problem}; gave up after {tries} tries",
                          hint=f"start the server or raise timeout / http_retries in the manifest "
                               f"entry '{self.name}'")
+
+
+def server_schema(schema: Any) -> Any:
+    """The contract's JSON Schema as a server is sent it: every part kept (types, required
+    keys, enums such as a quote's source sentences, item counts) but strings' maxLength.
+
+    llama.cpp's servers turn a maxLength into that many optional repetitions of a character,
+    and a string bounded so inside items of a bounded list multiplies past their grammar
+    parser's repetition limit: the request fails ("number of rules that are going to be
+    repeated ... exceeds sane defaults") and llama-cpp-python's server dies of it. The length
+    bound stays a check here: the answer is validated against the whole contract, and the
+    request's max_tokens bounds what the model writes."""
+    if isinstance(schema, dict):
+        return {k: server_schema(v) for k, v in schema.items() if not (k == "maxLength" and isinstance(v, int))}
+    if isinstance(schema, list):
+        return [server_schema(v) for v in schema]
+    return schema
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -119,8 +119,10 @@ def test_a_scanned_page_is_read_by_ocr_and_cited_as_ocr_on_its_page(tmp_path):
 
 
 @needs_tesseract
-def test_a_scan_attached_to_an_email_is_read_by_ocr(tmp_path):
+def test_a_scan_attached_to_an_email_is_read_by_ocr(tmp_path, monkeypatch):
     from email.message import EmailMessage
+
+    from appliance.sources import ocr
 
     from appliance.sources.ingest import ReadLog, iter_documents
 
@@ -138,6 +140,11 @@ def test_a_scan_attached_to_an_email_is_read_by_ocr(tmp_path):
     scanned = [d for d in docs if "(OCR)" in d.location]
     assert len(scanned) == 1 and "210 metres" in scanned[0].text
     assert scanned[0].title == "letter.pdf, p. 1 (OCR) (attached to Bridge survey)"
+    # Without OCR the message waits for it, as a scanned PDF of its own would.
+    monkeypatch.setattr(ocr.shutil, "which", lambda name: None)
+    without = ReadLog()
+    list(iter_documents([tmp_path / "mail"], without))
+    assert without.ocr_pending == {str((tmp_path / "mail" / "survey.eml").resolve())}
 
 
 def test_ocr_failures_are_named_per_page(tmp_path, monkeypatch):

@@ -417,7 +417,8 @@ def _message_parts(message: EmailMessage, name: str, where: str, key: str) -> It
                 loc = ", ".join(x for x in (spot, sub.location) if x)
                 shown = ", ".join(x for x in (filename, sub.location) if x)
                 yield Part(text=sub.text, location=loc, key=f"{key}/{filename}/{sub.key}".strip("/"),
-                           title=sub.title or f"{shown} (attached to {subject})", skipped=sub.skipped)
+                           title=sub.title or f"{shown} (attached to {subject})", skipped=sub.skipped,
+                           needs_ocr=sub.needs_ocr)
         except Exception as exc:  # noqa: BLE001 - one bad attachment must not lose the message
             yield Part(text="", skipped=f"{spot}: {reason(exc)}")
 

@@ -48,8 +48,9 @@ TOKEN_COOKIE = "appliance_token"
 
 # How much nicer than the runs the thread that answers requests is (Linux): a run's model and
 # embedding threads keep their priority, so many clients polling never slow a run down; when
-# the CPU is busy, the clients wait a little longer instead.
-SERVE_NICENESS = 10
+# the CPU is busy, the clients wait a little longer instead. Measured (scripts/bench_serve.py,
+# 50 clients, 2 cores): +10 still cost a run 24%, +19 cost it under 5%.
+SERVE_NICENESS = 19
 
 
 def serve_behind_runs() -> bool:

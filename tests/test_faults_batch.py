@@ -121,7 +121,8 @@ def test_clashing_ids_never_lose_a_question(tmp_path, searxng, cli_with_script):
     assert all("line 1" in q["reason"] for q in summary["questions"][1:])
     report = json.loads((out / "Bees-1.json").read_text(encoding="utf-8"))
     assert report["question"] == HONEYBEE
-    assert sorted(p.name for p in out.iterdir()) == ["Bees-1.json", "Bees-1.md", "batch.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".started", "Bees-1.json", "Bees-1.md", "batch.json"]
+    assert [p.name for p in (out / ".started").iterdir()] == ["Bees-1"]   # the start record of the one answered
 
 
 def test_a_json_array_file_is_one_line(tmp_path):

@@ -83,11 +83,15 @@ def test_batch_ids_make_safe_file_names(tmp_path, searxng, cli_with_script):
     result = cli(["batch", str(questions), "--out", str(out), "--profile", "quick",
                   "--searxng-url", searxng.url], app_env(home))
     assert result.exit_code == 0, result.output
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != ".started")
     assert len(names) == 2 * len(ids) + 1 and "batch.json" in names
     for name in names:
         assert not name.startswith(".") and re.fullmatch(r"[A-Za-z0-9._-]+", name), name
     assert all(p.resolve().parent == out.resolve() for p in out.iterdir())
+    # Each question's start record is named by the same safe id, inside the output folder.
+    records = list((out / ".started").iterdir())
+    assert sorted(p.name + ".md" for p in records) == sorted(n for n in names if n.endswith(".md"))
+    assert all(p.resolve().parent == (out / ".started").resolve() for p in records)
 
 
 # ============================================================================ row 10: config

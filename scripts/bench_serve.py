@@ -7,7 +7,10 @@ are answered; prints p50/p95 of each. With ``--compare-cli`` it first runs the s
 with `appliance research` in its own fresh state folder (no shared cache) and prints both
 runs' seconds.
 
-    python scripts/bench_serve.py --model smollm2-135m [--clients 50] [--compare-cli]
+    python scripts/bench_serve.py --model smollm2-135m [--clients 50] [--compare-cli] [--repeat 3]
+
+Both runs are compared on the run's own wall seconds (its report's stats.wall_seconds), so
+the CLI's process start and imports do not count against it.
 
 The default model is the manifest's research model: on a shared machine use the test model.
 """
@@ -78,15 +81,18 @@ async def hammer(url: str, run_id: str, clients: int) -> tuple[dict[str, list[fl
     return latencies, errors, final
 
 
-def cli_run(home: Path, model: str) -> float:
+def cli_run(home: Path, model: str) -> tuple[float, float]:
+    """The CLI run's wall seconds (process start included) and the run's own (its report's
+    stats.wall_seconds, as a served run counts it)."""
     config = home / "empty-config.toml"
     env = {**os.environ, "APPLIANCE_HOME": str(home)}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "research", QUESTION,
-                    "--profile", "quick", "--backend", "corpus", "--corpus", "tiny", "--model", model,
-                    "--no-progress", "--out", str(home / "reports")], cwd=REPO, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    done = subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "research", QUESTION,
+                           "--profile", "quick", "--backend", "corpus", "--corpus", "tiny", "--model", model,
+                           "--no-progress", "--json", "--out", str(home / "reports")], cwd=REPO, env=env,
+                          check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    return wall, float(json.loads(done.stdout)["stats"]["wall_seconds"])
 
 
 def main() -> int:
@@ -94,8 +100,25 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="manifest model for every role (default: the manifest's)")
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--compare-cli", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="served and CLI runs, alternating, each in a fresh state folder; medians reported")
     args = parser.parse_args()
+    rounds = [one_round(args) for _ in range(max(1, args.repeat))]
+    result = rounds[-1] if len(rounds) == 1 else {"rounds": rounds}
+    if len(rounds) > 1 or args.compare_cli:
+        served = [r["served_run_wall_seconds"] for r in rounds]
+        summary: dict = {"served_run_wall_seconds_median": round(statistics.median(served), 3)}
+        if args.compare_cli:
+            cli = [r["cli_run_wall_seconds"] for r in rounds]
+            summary["cli_run_wall_seconds_median"] = round(statistics.median(cli), 3)
+            summary["served_over_cli_median"] = round(statistics.median(s / c for s, c in zip(served, cli)), 3)
+        result = {**result, "summary": summary}
+    print(json.dumps(result, indent=2))
+    return 0 if all(r["run_status"] == "done" and not r["errors"] for r in rounds) else 1
 
+
+def one_round(args) -> dict:
+    """One served run under ``args.clients`` polling clients (and one CLI run), fresh state each."""
     from conftest import make_settings
     from serve_harness import Server, make_tiny_corpus
 
@@ -105,24 +128,27 @@ def main() -> int:
         for name in ("serve", "cli") if args.compare_cli else ("serve",):
             homes[name] = Path(tmp) / name
             make_tiny_corpus(make_settings(homes[name]), Path(tmp) / f"docs-{name}")
-        cli_seconds = cli_run(homes["cli"], model) if args.compare_cli else None
+        cli_wall, cli_seconds = cli_run(homes["cli"], model) if args.compare_cli else (None, None)
         server = Server(homes["serve"]).start()
         try:
             with httpx.Client(base_url=server.url, timeout=30) as client:
                 job = client.post("/api/runs", json={"question": QUESTION, "profile": "quick", "backend": "corpus",
                                                      "corpus": "tiny", "model": model}).json()
             latencies, errors, final = asyncio.run(hammer(server.url, job["id"], args.clients))
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                final = client.get(f"/api/runs/{job['id']}").json()
         finally:
             server.stop()
             log_errors = [line for line in server.log_text().splitlines() if " ERROR " in line][:5]
     result = {"clients": args.clients, "model": model, "run_status": final.get("status"),
-              "served_run_seconds": final.get("elapsed"), "cli_run_seconds": cli_seconds, "errors": dict(errors)}
+              "served_job_seconds": final.get("elapsed"),
+              "served_run_wall_seconds": (final.get("stats") or {}).get("wall_seconds"),
+              "cli_process_seconds": cli_wall, "cli_run_wall_seconds": cli_seconds, "errors": dict(errors)}
     result["server_errors"] = log_errors
     for kind, values in latencies.items():
         result[kind] = {"requests": len(values), "p50_ms": round(1000 * statistics.median(values), 1) if values else None,
                         "p95_ms": round(1000 * percentile(values, 0.95), 1) if values else None}
-    print(json.dumps(result, indent=2))
-    return 0 if final.get("status") == "done" and not errors else 1
+    return result
 
 
 if __name__ == "__main__":

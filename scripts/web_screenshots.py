@@ -88,6 +88,8 @@ def main() -> int:
                 shot("report")
                 page.goto(f"{server.url}/history")
                 shot("history")
+                page.goto(f"{server.url}/batch?ids={first},{second}")
+                shot("batch")
                 page.goto(f"{server.url}/corpora?name=tiny&q=Mira+Holt+surveyor")
                 shot("corpora")
                 print(f"runs {first} {second}")

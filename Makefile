@@ -79,6 +79,19 @@ bench-plan:
 bench-votes:
 	$(PY) scripts/bench_votes.py
 
+# llama.cpp's own OpenAI-compatible server (what GPU sites run), built from the llama.cpp source
+# the pinned llama-cpp-python sdist vendors, with the same flags (not part of `make install`:
+# about ten minutes on 2 cores). LLAMA_CMAKE_ARGS="-DGGML_CUDA=on" for an NVIDIA GPU.
+LLAMA_SERVER_SRC := .build/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp
+.PHONY: llama-server
+llama-server: ## .build/llama-server/bin/llama-server
+	@test -x $(BIN)/pip || { echo "error: run make install first (pip fetches the llama.cpp source)" >&2; exit 2; }
+	@command -v cmake >/dev/null || { echo "error: cmake is needed (apt-get install -y cmake)" >&2; exit 2; }
+	@test -d $(LLAMA_SERVER_SRC) || { mkdir -p .build/llama-src && $(BIN)/pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==0.3.36" -d .build/llama-src && tar -xzf .build/llama-src/llama_cpp_python-0.3.36.tar.gz -C .build/llama-src; }
+	cmake -S $(LLAMA_SERVER_SRC) -B .build/llama-server $(LLAMA_CMAKE_ARGS) -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release
+	cmake --build .build/llama-server --target llama-server -j $$(nproc)
+	@echo "built .build/llama-server/bin/llama-server"
+
 # Side by side with local-deep-research on N questions of DATASET (its own env in .build/peers;
 # not part of `make test`). DRY_RUN=1 checks every set-up step without installing or running models.
 bench-peers:

@@ -385,3 +385,67 @@ def test_a_server_killed_mid_call_and_restarted_is_waited_for(tmp_path):
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(10)
+
+
+# ---------------------------------------------------------------- llama.cpp's own llama-server
+
+LLAMA_SERVER = Path(__file__).resolve().parent.parent / ".build" / "llama-server" / "bin" / "llama-server"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason="llama-server is not built (make llama-server)")
+def test_research_through_llama_server_with_two_slots(musique_corpus, tmp_path, monkeypatch):
+    """What GPU sites run: llama.cpp's llama-server (built by `make llama-server`) with two
+    slots enforces the json_schema form (the probe), tells its slots (two requests in flight),
+    and serves a research run end to end; a rerun replays from the cache."""
+    from click.testing import CliRunner
+
+    from appliance.cli import main
+
+    require_model_file()
+    port, log = _free_port(), tmp_path / "llama-server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([str(LLAMA_SERVER), "--model", str(MODEL_FILE), "--alias", "smollm2-135m",
+                                    "--host", "127.0.0.1", "--port", str(port), "--ctx-size", "8192",
+                                    "--parallel", "2", "--threads", "2"], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            pytest.fail(f"llama-server did not start: {log.read_text()[-500:]}")
+        engine = _engine(tmp_path, url, n_ctx_train=4096)
+        assert engine.probe() is True   # the json_schema form, enforced
+        assert isinstance(engine.structured(MSGS, Pick).colour, str) and engine.slots == 2
+
+        settings, corpus = musique_corpus
+        manifest = _manifest(tmp_path, url, n_ctx_train=4096)
+        monkeypatch.setenv("APPLIANCE_HOME", str(settings.home))
+        monkeypatch.setenv("APPLIANCE_MODELS_MANIFEST", str(manifest))
+        for role in ROLES:
+            monkeypatch.setenv(f"APPLIANCE_MODELS_{role.upper()}", "remote")
+        args = ["research", "Who was the first president of the association which published Journal of "
+                "Psychotherapy Integration?", "--profile", "quick", "--corpus", corpus, "--backend", "corpus",
+                "--out", str(tmp_path / "reports"), "--json"]
+        first = CliRunner().invoke(main, args)
+        assert first.exit_code == 0, first.output
+        report = json.loads(first.stdout)
+        assert report["stats"]["model_calls"] > 0
+        second = CliRunner().invoke(main, args)
+        assert second.exit_code == 0, second.output
+        again = json.loads(second.stdout)["stats"]
+        assert again["cache_hits"] > 0
+        if again["model_calls"]:
+            # Known and open: through llama-server with two slots a rerun made 4 of its 9 calls
+            # again (llama_cpp.server, one slot, replays them all). Not yet told apart: calls
+            # that failed validation (never cached) or prompts that follow the order in which
+            # parallel node calls came back.
+            pytest.xfail(f"a rerun through llama-server made {again['model_calls']} of {again['calls']} calls again")
+    finally:
+        process.terminate()
+        process.wait(10)

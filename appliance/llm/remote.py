@@ -37,6 +37,9 @@ _PROBE_VALUES = ("quokka-7", "zebra-3")
 _PROBE_SCHEMA: dict[str, Any] = {
     "type": "object", "properties": {"pick": {"type": "string", "enum": list(_PROBE_VALUES)}},
     "required": ["pick"], "additionalProperties": False}
+# The probe's answer budget: llama-server's grammar lets the model lay the JSON out over lines
+# ('{\n  "pick" : "zebra-3"\n}'), which 24 tokens cut short of its closing brace.
+_PROBE_TOKENS = 64
 _RETRY_STATUS = {429, 502, 503, 504}
 _BACKOFF_CAP = 30.0
 
@@ -106,7 +109,9 @@ class RemoteEngine(CallCounting):
                 parts = [self.spec.model]
                 for m in data["data"]:
                     if isinstance(m, dict) and m.get("id") == self.spec.model:
-                        parts.append(json.dumps({k: m.get(k) for k in ("owned_by", "created", "meta")},
+                        # Not "created": llama-server gives the time of the request there, which
+                        # would give every run new cache keys and no replay.
+                        parts.append(json.dumps({k: m.get(k) for k in ("owned_by", "meta")},
                                                 sort_keys=True, default=str))
                 parts.append(self._props())
                 self._identity = "|".join(parts)
@@ -149,7 +154,7 @@ class RemoteEngine(CallCounting):
                 return True
             self.identity()
             messages = [{"role": "user", "content": "Write a haiku about the sea."}]
-            body = self._body(messages, _PROBE_SCHEMA, "probe", max_tokens=24, temperature=0.0,
+            body = self._body(messages, _PROBE_SCHEMA, "probe", max_tokens=_PROBE_TOKENS, temperature=0.0,
                               top_p=1.0, seed=1)
             text, _, _ = self._complete(body)
             try:

@@ -66,10 +66,9 @@ def start_model_server(model: str | None, threads: int, folder: Path):
     import socket
     import subprocess
 
-    import httpx
-
     from appliance.config import load_settings
     from appliance.llm.manifest import load_manifest, resolve_model
+    from appliance.llm.remote import wait_until_serving
 
     settings = load_settings(folder / "empty-config.toml", env={}, overrides={
         "models.manifest": str(ROOT / "models" / "models.toml"),
@@ -84,14 +83,7 @@ def start_model_server(model: str | None, threads: int, folder: Path):
                                 "--model_alias", "bench", "--host", "127.0.0.1", "--port", str(port),
                                 "--n_ctx", str(settings.llm.n_ctx), "--n_threads", str(threads),
                                 "--verbose", "False"], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
+    if not wait_until_serving(f"http://127.0.0.1:{port}", 120, process):
         process.kill()
         raise SystemExit("the model server did not start (see its log)")
     path = folder / "remote-models.toml"

@@ -14,14 +14,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 from pydantic import BaseModel
 
 from appliance.errors import ModelError, ModelOutputError
 from appliance.llm.cache import CallCache
 from appliance.llm.manifest import load_manifest
-from appliance.llm.remote import RemoteEngine
+from appliance.llm.remote import RemoteEngine, wait_until_serving
 from conftest import MODEL_FILE, make_settings, require_model_file
 
 ROLES = ("planner", "extractor", "verifier", "writer")
@@ -267,13 +266,8 @@ def _start_llama_server(port: int, log: Path) -> subprocess.Popen:
                                     "--model_alias", "smollm2-135m", "--host", "127.0.0.1",
                                     "--port", str(port), "--n_ctx", "4096", "--verbose", "False"],
                                    stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.3)
+    if wait_until_serving(f"http://127.0.0.1:{port}", 60, process):
+        return process
     process.kill()
     pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-500:]}")
 
@@ -410,14 +404,7 @@ def test_research_through_llama_server_with_two_slots(musique_corpus, tmp_path, 
                                     "--parallel", "2", "--threads", "2"], stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
+        if not wait_until_serving(url, 60, process):
             pytest.fail(f"llama-server did not start: {log.read_text()[-500:]}")
         engine = _engine(tmp_path, url, n_ctx_train=4096)
         assert engine.probe() is True   # the json_schema form, enforced

@@ -339,3 +339,19 @@ def _retry_after(response: httpx.Response) -> float | None:
         return min(_BACKOFF_CAP, max(0.0, float(value)))
     except ValueError:
         return None
+
+
+def wait_until_serving(base_url: str, timeout: float, process: Any = None) -> bool:
+    """Whether the OpenAI-compatible server at ``base_url`` answers ``/v1/models`` within
+    ``timeout`` seconds; gives up at once when ``process`` (the server's ``Popen``) has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            if httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False

@@ -404,6 +404,9 @@ _FERRY = ("[1] The Velka Ferry Company ran the crossing.\n"
     # The shortest name every other one holds: "Gull" read as "B-7 Gull" and "Velka B-7 Gull".
     ("Gull", "The Velka B-7 Gull flew. Pilots liked the B-7 Gull.", "What did the pilots fly?", "B-7 Gull"),
     ("Lindqvist", "Jon Lindqvist's boat sank.", "Whose boat sank?", "Jon Lindqvist"),
+    # A word that places the name ends it: the person, not the person in the place.
+    ("Brandt", "The station was founded by Ida Brandt in Port Ardmore.", "Who founded the station?",
+     "Ida Brandt"),
 ])
 def test_whole_name_widens_an_answer_said_only_inside_one_name(answer, evidence, question, kept):
     assert whole_name(answer, evidence, question) == kept
@@ -427,6 +430,8 @@ def test_whole_name_widens_an_answer_said_only_inside_one_name(answer, evidence,
     ("Brandt", "Later Brandt sailed. She sailed later too.", "Who sailed?"),
     # More than three words more.
     ("Gull", "The Velka Air Works Model B-7 Gull flew.", "What flew?"),
+    # Said whole already, in a place written after it.
+    ("Ida Brandt", "The station was founded by Ida Brandt in Port Ardmore.", "Who founded the station?"),
     # Nothing read.
     ("Brandt", None, "Who sailed?"),
 ])

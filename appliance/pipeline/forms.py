@@ -340,6 +340,8 @@ def _trim_name(span: str) -> str:
 _WHOLE_NAME_ADDS = 3
 # What comes before a sentence's first word: a full stop, a new line, a listing's "[3]" or "- ".
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s|\n)\s*(?:\[\d+\]\s*|-\s+)?$")
+# The joiners that say where a name is rather than join its parts.
+_PLACING = {"in", "on", "upon"}
 # A word that ends a sentence: a full stop after two word characters (an initial's "J." ends none).
 _SENTENCE_END = re.compile(r"(?:\w\w[.!?:;]|[!?:;])$")
 
@@ -391,7 +393,8 @@ def _name_words(evidence: str, span: tuple[int, str], start: int, end: int,
     """The words of the capitalised ``span`` around an answer found at ``start:end``, in the
     sentence the answer is in, without the small words the name opens or closes with ("The",
     "In 1931") and, at a sentence's start, a common word capitalised only there (one the
-    evidence also writes in lower case); None when what is left does not hold the answer."""
+    evidence also writes in lower case), and up to a word that places it ("in", "on"); None
+    when what is left does not hold the answer."""
     begin, name = span
     sentences: list[list[tuple[int, int, str]]] = [[]]
     for m in re.finditer(r"\S+", name):
@@ -401,6 +404,14 @@ def _name_words(evidence: str, span: tuple[int, str], start: int, end: int,
             sentences.append([])
     words = next((s for s in sentences if s and s[0][0] <= start and end <= s[-1][1]), None)
     if words is None:
+        return None
+    # A word that places a name ends it: "Ida Brandt in Port Ardmore" is a person in a place.
+    while (cut := next((i for i, w in enumerate(words) if w[2] in _PLACING and w[1] <= start), None)) is not None:
+        words = words[cut + 1:]
+    cut = next((i for i, w in enumerate(words) if w[2] in _PLACING and w[0] >= end), None)
+    if cut is not None:
+        words = words[:cut]
+    if not words:
         return None
     at_start = words is not sentences[0] or bool(_SENTENCE_START.search(evidence[:begin]))
     while words and words[0][1] <= start and (

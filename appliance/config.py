@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .contracts import PROFILES, Backend, Profile
 from .errors import ConfigError, StateError
+from .questions import pinned_today
 
 DEFAULT_CONFIG_FILE = Path("config") / "appliance.toml"
 
@@ -453,7 +454,7 @@ def _chosen_profile(profile, overrides, env_layer, user_layer, path, data) -> tu
 
 
 # Variables with the APPLIANCE_ prefix that are not APPLIANCE_<SECTION>_<KEY> settings.
-_ENV_NOT_SETTINGS = frozenset({"APPLIANCE_HOME", "APPLIANCE_CONFIG"})
+_ENV_NOT_SETTINGS = frozenset({"APPLIANCE_HOME", "APPLIANCE_CONFIG", "APPLIANCE_TODAY"})
 
 
 def _env_layer(data: dict, env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
@@ -468,6 +469,7 @@ def _env_layer(data: dict, env: Mapping[str, str]) -> dict[str, dict[str, tuple[
     # A misspelt variable would otherwise be ignored without a word, as an unknown key in a
     # file is not.
     unknown = sorted(var for var in env if var.startswith("APPLIANCE_") and var not in known)
+    pinned_today(env)  # a pinned date that is no date fails before anything runs
     if unknown:
         raise ConfigError(f"unknown setting in environment variable {unknown[0]}",
                           hint="settings are APPLIANCE_<SECTION>_<KEY> for a key of the defaults file, "

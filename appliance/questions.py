@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
 import unicodedata
 
@@ -35,10 +36,24 @@ def slugify(text: str, limit: int = 48) -> str:
 
 
 def today() -> dt.date:
-    """The date a run started now is for: the one clock of research, batch and the serve
-    queue (a run's id and its prompts carry it, so a resumed run must be given the date it
-    began)."""
-    return dt.date.today()
+    """The date a run started now is for: the one clock of research, batch, eval and the
+    serve queue (a run's id and its prompts carry it, so a resumed run must be given the date
+    it began). ``APPLIANCE_TODAY=YYYY-MM-DD`` pins it: an eval or batch run again on a later
+    day then asks the same prompts and replays its cached calls, and a test of the real model
+    does not change with the calendar."""
+    return pinned_today(os.environ) or dt.date.today()
+
+
+def pinned_today(env) -> dt.date | None:
+    """The date ``APPLIANCE_TODAY`` in ``env`` pins, None when unset; a UsageError when it is no date."""
+    pinned = env.get("APPLIANCE_TODAY", "").strip()
+    if not pinned:
+        return None
+    try:
+        return dt.date.fromisoformat(pinned)
+    except ValueError:
+        raise UsageError(f"APPLIANCE_TODAY is {pinned!r}, not a date",
+                         hint="set it to a date such as 2026-01-31, or unset it for today") from None
 
 
 def run_id_for(question: str, date: str) -> str:

@@ -20,6 +20,11 @@ import sources_harness  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Every prompt carries the date a run is for, so the small model's runs would change with the
+# calendar: the tests pin it (every process they start inherits it; app_env keeps it).
+TEST_TODAY = "2026-12-02"
+os.environ["APPLIANCE_TODAY"] = TEST_TODAY
+
 
 def read_jsonl(path: Path) -> list[dict]:
     """The records of a run-folder log (a line cut by a kill would fail loudly here)."""

@@ -72,8 +72,9 @@ MANIFEST_ROLES = {key: "" for key in TEST_MODEL_ENV}
 def app_env(home: Path, **extra: str) -> dict[str, str | None]:
     """Environment of one appliance run: this state folder, the repo's model manifest, one
     llama.cpp thread, loopback pages allowed, short timeouts; every other APPLIANCE_ variable
-    of the test process unset."""
-    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("APPLIANCE_")}
+    of the test process unset but the pinned date."""
+    env: dict[str, str | None] = {k: None for k in os.environ
+                                  if k.startswith("APPLIANCE_") and k != "APPLIANCE_TODAY"}
     env.update(APPLIANCE_HOME=str(home), APPLIANCE_MODELS_MANIFEST=str(MANIFEST),
                APPLIANCE_LLM_N_THREADS="1", APPLIANCE_FETCH_ALLOW_HOSTS="127.0.0.1",
                APPLIANCE_FETCH_CONNECT_TIMEOUT="2", APPLIANCE_FETCH_READ_TIMEOUT="2",
@@ -89,7 +90,8 @@ def cli(args: list[str], env: dict[str, str | None]):
 
 def subprocess_env(env: dict[str, str | None]) -> dict[str, str]:
     """``app_env`` made into a full environment for a child process."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("APPLIANCE_") or k == "APPLIANCE_TODAY"}
     full.update({k: v for k, v in env.items() if v is not None})
     return full
 

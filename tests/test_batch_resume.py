@@ -29,7 +29,7 @@ RUN_SPECIFIC = ("stats", "run_id")
 
 
 def appliance(args: list[str], home: Path, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_") or k == "APPLIANCE_TODAY"}
     env["APPLIANCE_HOME"] = str(home)
     env.update(TEST_MODEL_ENV)
     return subprocess.run([sys.executable, "-m", "appliance", *args], cwd=cwd, env=env,
@@ -94,7 +94,7 @@ def test_sigkill_then_rerun_replays_to_the_same_report(corpus_home, tmp_path):
     assert total >= 4
 
     # Kill a second run part-way, once some of its calls are in the cache.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_") or k == "APPLIANCE_TODAY"}
     env["APPLIANCE_HOME"] = str(home)
     env.update(TEST_MODEL_ENV)
     proc = subprocess.Popen([sys.executable, "-m", "appliance", *args, "--out", str(tmp_path / "killed")],

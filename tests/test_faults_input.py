@@ -178,6 +178,33 @@ def test_profile_from_the_environment(tmp_path):
     assert settings.fetch.budget == 10
 
 
+@pytest.mark.searxng
+def test_a_pinned_date_names_the_run_and_is_the_date_its_prompts_carry(tmp_path, searxng, cli_with_script):
+    """APPLIANCE_TODAY pins the date a run is for: its report name, its report's date and the
+    "Today is" of every prompt (so a rerun on a later day replays its cached calls)."""
+    seen: list[str] = []
+    script = any_page_script()
+    plan = script["plan"]
+    script["plan"] = lambda m, s: (seen.append(m[0]["content"]), plan(m, s))[1]
+    cli_with_script(script)
+    home, out = tmp_path / "home", tmp_path / "out"
+    result = cli(["research", "--profile", "quick", "--searxng-url", searxng.url, "--out", str(out), HONEYBEE],
+                 app_env(home, APPLIANCE_TODAY="2031-02-28"))
+    assert result.exit_code == 0, result.output
+    md_path = report_path_from(result)
+    assert md_path.name.startswith("2031-02-28-")
+    assert json.loads(md_path.with_suffix(".json").read_text(encoding="utf-8"))["date"] == "2031-02-28"
+    assert seen and all("Today is 2031-02-28." in system for system in seen)
+
+
+@pytest.mark.parametrize("value", ["tomorrow", "2031-02-30", "31/01/2031"])
+def test_a_pinned_date_that_is_no_date_is_one_line(value, tmp_path):
+    home = tmp_path / "home"
+    result = cli(["research", HONEYBEE], app_env(home, APPLIANCE_TODAY=value))
+    assert_one_line_error(result, 2, "APPLIANCE_TODAY", repr(value), "unset it")
+    assert not (home / "runs").exists()
+
+
 # ============================================================================ row B: corpus files
 
 UNREADABLE_CORPORA = {

@@ -16,9 +16,9 @@ kept beside the checked one.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 
+from .. import questions
 from ..contracts import IterativeStep, Source, answer_schema
 from ..errors import ModelOutputError
 from ..pipeline import prompts
@@ -109,4 +109,4 @@ def closed_book(question: str, *, writer, temperature: float, switches: Switches
 
 
 def _today() -> str:
-    return dt.date.today().isoformat()
+    return questions.today().isoformat()

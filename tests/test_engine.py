@@ -469,6 +469,28 @@ def test_retries_are_bounded_and_end_in_model_output_error(tmp_path):
     assert engine.accounting.failures == 1
 
 
+def test_a_call_without_valid_output_is_cached_as_failed_and_replays_its_failure(tmp_path):
+    """Asked again with the same seed a model fails the same way: a rerun raises the stored
+    failure at once (a cache hit), so what the run asks next is what it asked before."""
+    engine, backend = scripted(tmp_path, [("{}", "stop")] * 6, cache=True, **{"llm.max_retries": 2})
+    with pytest.raises(ModelOutputError) as first:
+        engine.structured(chat("Claim."), Vote, seed=3, purpose="vote c1")
+    assert len(backend.outputs) == 3
+    records: list[CallRecord] = []
+    engine.add_listener(records.append)
+    with pytest.raises(ModelOutputError) as again:
+        engine.structured(chat("Claim."), Vote, seed=3, purpose="vote c1")
+    assert len(backend.outputs) == 3                      # the model was not asked again
+    assert again.value.one_line() == first.value.one_line()
+    assert again.value.attempts == first.value.attempts and again.value.last_raw == "{}"
+    assert records[0].cache_hit and records[0].ok is False and records[0].attempts == 0
+    assert engine.accounting.cache_hits == 1 and engine.accounting.failures == 1  # the replay is a hit
+    # Without the cache the model is asked again.
+    with pytest.raises(ModelOutputError):
+        engine.structured(chat("Claim."), Vote, seed=3, cache=False)
+    assert backend.outputs == []
+
+
 def test_cut_off_output_gets_a_larger_budget(tmp_path):
     engine, backend = scripted(tmp_path, [('{"reason": "The evid', "length"), (GOOD_VOTE, "stop")])
     engine.structured(chat("Claim."), Vote, max_tokens=50)

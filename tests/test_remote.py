@@ -179,6 +179,32 @@ def test_the_server_gets_the_contract_without_string_lengths_and_the_answer_is_c
     assert len(script.bodies) == 1 + 1 + engine.settings.llm.max_retries  # the probe, the tries
 
 
+def test_no_valid_output_from_the_server_is_cached_and_a_rerun_replays_it(scripted, tmp_path):
+    """A call whose tries all fail validation is stored as failed: a second engine (a rerun)
+    raises the same failure with 0 remote calls. A server that is down is not stored."""
+    from pydantic import Field
+
+    class Short(BaseModel):
+        colour: str = Field(max_length=3)
+
+    script = _Script([])
+    url = scripted(script)
+    with pytest.raises(ModelOutputError) as first:
+        _engine(tmp_path, url, cache=True).structured(MSGS, Short)
+    asked = script.completions
+    again = _engine(tmp_path, url, cache=True)
+    with pytest.raises(ModelOutputError) as replayed:
+        again.structured(MSGS, Short)
+    assert script.completions == asked and again.remote_calls == 0
+    assert replayed.value.one_line() == first.value.one_line() and again.accounting.cache_hits == 1
+    (tmp_path / "down").mkdir()
+    down = _engine(tmp_path / "down", f"http://127.0.0.1:{_free_port()}", cache=True, http_retries=0)
+    for _ in range(2):
+        with pytest.raises(ModelError):
+            down.structured(MSGS, Short)
+    assert down.cache is not None and down.cache.count() == 0
+
+
 def test_a_server_that_ignores_the_schema_is_refused(scripted, tmp_path):
     url = scripted(_Script([], ignore_schema=True))
     with pytest.raises(ModelError) as info:

@@ -2,7 +2,10 @@
 
 A key is the sha256 of everything that determines a call's output (model file hash, context
 size, messages, schema, sampling, seed, output budget); the value is the final valid JSON
-text. SQLite in WAL mode, one short transaction per read or write, so several processes
+text, or for a call that gave no valid output after its retries, that failure (its message and
+attempts): asked again with the same seed a model fails the same way, so a rerun replays the
+failure instead of spending the retries again, and the run that follows asks what it asked
+before. SQLite in WAL mode, one short transaction per read or write, so several processes
 (batch runs) can share it. A row is written in one statement inside a transaction, so an
 interrupted write leaves the old state, never half a row; each value also carries its own
 digest, and a row that does not match it is treated as absent.
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..config import Settings, state_dir
-from ..errors import StateError
+from ..errors import ModelOutputError, StateError
 
 T = TypeVar("T")
 _SCHEMA = """
@@ -46,10 +49,23 @@ def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
+# The meta key of a call stored as failed: its error message.
+FAILED = "failed"
+
+
 @dataclass
 class CachedCall:
     raw: str
     meta: dict[str, Any]
+
+    def failure(self) -> ModelOutputError | None:
+        """The stored failure of a call that gave no valid output, or None for a valid one."""
+        message = self.meta.get(FAILED)
+        if not message:
+            return None
+        tried = self.meta.get("tried")
+        return ModelOutputError(str(message), attempts=[str(t) for t in tried] if isinstance(tried, list) else [],
+                                last_raw=self.raw, hint=self.meta.get("hint") or None)
 
 
 class CallCache:
@@ -134,6 +150,11 @@ class CallCache:
                              "VALUES (?, ?, ?, ?, ?)", row)
 
         self._run(write)
+
+    def put_failure(self, key: str, error: ModelOutputError, meta: dict[str, Any]) -> None:
+        """Store a call that gave no valid output (``CachedCall.failure`` gives it back)."""
+        self.put(key, error.last_raw, {**meta, FAILED: error.message, "hint": error.hint or "",
+                                       "tried": list(error.attempts)})
 
     def delete(self, key: str) -> None:
         def remove(conn: sqlite3.Connection) -> None:

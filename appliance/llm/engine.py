@@ -15,7 +15,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -143,40 +143,34 @@ class Engine(CallCounting):
                             seed=seed, cache_hit=False)
         use_cache = self.cache is not None and (llm.cache if cache is None else cache)
 
+        meta = {"model": self.name, "schema": schema.__name__, "purpose": purpose, "seed": seed}
         if use_cache:
-            hit = self._from_cache(key, schema)
+            hit = self._from_cache(key, schema, record)
             if hit is not None:
-                record.cache_hit = True
-                self._finish(record)
                 return hit
         try:
             instance, raw = self._attempts(msgs, schema, grammar, budget, sampling, seed, record)
         except Exception as exc:
             record.ok = False
             record.error = getattr(exc, "message", str(exc))
-            self._finish(record)
+            try:
+                if use_cache and self.cache is not None and isinstance(exc, ModelOutputError):
+                    self.cache.put_failure(key, exc, {**meta, "attempts": record.attempts})
+            finally:
+                self._finish(record)
             raise
         try:
             if use_cache and self.cache is not None:
-                self.cache.put(key, raw, {"model": self.name, "schema": schema.__name__,
-                                          "purpose": purpose, "attempts": record.attempts,
-                                          "seed": seed, "generated_tokens": record.generated_tokens})
+                self.cache.put(key, raw, {**meta, "attempts": record.attempts,
+                                          "generated_tokens": record.generated_tokens})
         finally:
             self._finish(record)  # the model work happened even if the cache cannot be written
         return instance
 
-    def _from_cache(self, key: str, schema: type[M]) -> M | None:
-        if self.cache is None:
-            return None
-        cached = self.cache.get(key)
-        if cached is None:
-            return None
-        try:
-            return schema.model_validate_json(cached.raw)
-        except ValidationError:
-            # The schema's validators changed since the value was stored: recompute it.
-            self.cache.delete(key)
-            return None
+    def _from_cache(self, key: str, schema: type[M], record: CallRecord) -> M | None:
+        """The cached instance (``record`` finished as a hit), None on a miss; a cached
+        failure is raised again (see ``replay_cached``)."""
+        return replay_cached(self.cache, key, schema, record, self._finish)
 
     def _attempts(self, messages: list[dict[str, str]], schema: type[M], grammar: str, budget: int,
                   sampling: Sampling, seed: int, record: CallRecord) -> tuple[M, str]:
@@ -406,6 +400,33 @@ def invalid_feedback(record: CallRecord, raw: str, exc: ValidationError) -> list
     error = _short_validation_error(exc)
     record.errors.append(error)
     return _feedback(raw, f"That JSON is not valid: {error}. Answer again with corrected JSON only.")
+
+
+def replay_cached(cache, key: str, schema: type[M], record: CallRecord,
+                  finish: Callable[[CallRecord], None]) -> M | None:
+    """The instance stored for ``key`` (``record`` finished as a cache hit), or None when there
+    is none (or one the schema's validators no longer accept: it is recomputed). A call stored
+    as failed raises its ModelOutputError again, as a cache hit that did not succeed."""
+    if cache is None:
+        return None
+    cached = cache.get(key)
+    if cached is None:
+        return None
+    failure = cached.failure()
+    if failure is None:
+        try:
+            instance = schema.model_validate_json(cached.raw)
+        except ValidationError:
+            cache.delete(key)
+            return None
+    record.cache_hit = True
+    if failure is not None:
+        record.ok = False
+        record.error = failure.message
+        finish(record)
+        raise failure
+    finish(record)
+    return instance
 
 
 def no_valid_output(where: str, schema: type, record: CallRecord, raws: list[str]) -> ModelOutputError:

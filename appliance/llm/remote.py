@@ -22,10 +22,11 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from ..config import Settings
-from ..errors import ModelError, UsageError
+from ..errors import ModelError, ModelOutputError, UsageError
 from .accounting import CallCounting, CallRecord
 from .cache import CallCache, call_key
-from .engine import CUT_OFF_NOTE, _check_messages, _feedback, derive_seed, invalid_feedback, no_valid_output
+from .engine import (CUT_OFF_NOTE, _check_messages, _feedback, derive_seed, invalid_feedback, no_valid_output,
+                     replay_cached)
 from .grammar import schema_json
 from .manifest import ModelEntry, RemoteSpec
 
@@ -198,17 +199,12 @@ class RemoteEngine(CallCounting):
         record = CallRecord(model=self.name, purpose=purpose, schema=schema.__name__, key=key,
                             seed=seed, cache_hit=False)
         use_cache = self.cache is not None and (llm.cache if cache is None else cache)
-        if use_cache and self.cache is not None:
-            cached = self.cache.get(key)
-            if cached is not None:
-                try:
-                    hit = schema.model_validate_json(cached.raw)
-                except ValidationError:
-                    self.cache.delete(key)
-                else:
-                    record.cache_hit = True
-                    self._finish(record)
-                    return hit
+        meta = {"model": self.name, "server": self.spec.base_url, "schema": schema.__name__,
+                "purpose": purpose, "seed": seed}
+        if use_cache:
+            hit = replay_cached(self.cache, key, schema, record, self._finish)
+            if hit is not None:
+                return hit
         try:
             self.probe()
             instance, raw = self._attempts(msgs, schema, server_schema(json.loads(text)), budget, temp, nucleus,
@@ -216,13 +212,17 @@ class RemoteEngine(CallCounting):
         except Exception as exc:
             record.ok = False
             record.error = getattr(exc, "message", str(exc))
-            self._finish(record)
+            try:
+                # No valid output is the model's answer to this call, stored like one; a server
+                # that is down or refuses (ModelError) is not, and is asked again next time.
+                if use_cache and self.cache is not None and isinstance(exc, ModelOutputError):
+                    self.cache.put_failure(key, exc, {**meta, "attempts": record.attempts})
+            finally:
+                self._finish(record)
             raise
         try:
             if use_cache and self.cache is not None:
-                self.cache.put(key, raw, {"model": self.name, "server": self.spec.base_url,
-                                          "schema": schema.__name__, "purpose": purpose,
-                                          "attempts": record.attempts, "seed": seed,
+                self.cache.put(key, raw, {**meta, "attempts": record.attempts,
                                           "generated_tokens": record.generated_tokens})
         finally:
             self._finish(record)

@@ -985,10 +985,9 @@ def test_a_node_answer_is_read_from_the_sentences_its_claims_quote(flow_settings
         return ShortAnswer(answer="Jane Roe" if "founded" in messages[-1]["content"] else "unknown")
 
     result = run_fake(flow_settings, tmp_path, FakeEngine(script(**{"node-answer": node_answer})))
-    import datetime as dt
-
+    from appliance import questions
     from appliance.pipeline import prompts
-    system = prompts.short_answer("q", "e", dt.date.today().isoformat())[0]["content"]
+    system = prompts.short_answer("q", "e", questions.today().isoformat())[0]["content"]
     assert seen and all(m[0]["content"] == system for m in seen)
     first = seen[0][-1]["content"]
     assert "[1] one: Alpha Corp was founded in 1901 by Jane Roe" in first

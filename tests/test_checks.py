@@ -21,7 +21,7 @@ from appliance.errors import ConfigError
 from appliance.pipeline import checks as registry
 from appliance.pipeline.anchor import find_quote
 from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
-from appliance.pipeline.forms import checked_answer, echoes_example, whole_name
+from appliance.pipeline.forms import checked_answer, echoes_example
 from appliance.pipeline.names import names_unsupported
 from appliance.pipeline.parts import Models
 from appliance.pipeline.plan import plan_faults, repair_checks
@@ -221,8 +221,6 @@ def test_plan_repairs_are_counted_by_check():
     ("answer-form", "yes", "Ida Brandt founded it.", "Who founded the station?", ""),
     ("answer-rests", "Lindqvist", "The station was founded by Ida Brandt.", "Who founded the station?", ""),
     ("example-echo", "Frank Herbert", "The station was founded by Ida Brandt.", "Who founded the station?", ""),
-    ("answer-whole-name", "Brandt", "The station was founded by Ida Brandt.", "Who founded the station?",
-     "Ida Brandt"),
 ])
 def test_each_answer_check_fires_and_switches_off(check_id, answer, evidence, question, kept):
     out, fired = checked_answer(answer, evidence, question)
@@ -387,62 +385,3 @@ def test_ablating_an_unknown_or_unswitchable_check_is_refused_before_any_work(tm
         result = CliRunner().invoke(main, ["ablate", str(demo), "--check", check_id, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and words in result.output, result.output
         assert "indexing" not in result.output and not (tmp_path / "home" / "lancedb").exists()
-
-
-# ------------------------------------------------------------------ reading a name whole
-
-_FERRY = ("[1] The Velka Ferry Company ran the crossing.\n"
-          "Around the quotes, in their sources:\n"
-          "- Port Ardmore: In 1931 Velka Ferry Company boats sailed to Port Ardmore. "
-          "Later the Velka Ferry Company sold its boats.")
-
-
-@pytest.mark.parametrize("answer,evidence,question,kept", [
-    # Said only inside one longer name: the whole name, openers ("The", "In 1931", "Later") aside.
-    ("Velka", _FERRY, "Which firm ran the crossing to Port Ardmore?", "Velka Ferry Company"),
-    ("Ferry Company", _FERRY, "Which firm ran the crossing to Port Ardmore?", "Velka Ferry Company"),
-    # The shortest name every other one holds: "Gull" read as "B-7 Gull" and "Velka B-7 Gull".
-    ("Gull", "The Velka B-7 Gull flew. Pilots liked the B-7 Gull.", "What did the pilots fly?", "B-7 Gull"),
-    ("Lindqvist", "Jon Lindqvist's boat sank.", "Whose boat sank?", "Jon Lindqvist"),
-    # A word that places the name ends it: the person, not the person in the place.
-    ("Brandt", "The station was founded by Ida Brandt in Port Ardmore.", "Who founded the station?",
-     "Ida Brandt"),
-])
-def test_whole_name_widens_an_answer_said_only_inside_one_name(answer, evidence, question, kept):
-    assert whole_name(answer, evidence, question) == kept
-    assert checked_answer(answer, evidence, question) == (kept, ["answer-whole-name"])
-    assert checked_answer(answer, evidence, question, Switches({"answer-whole-name"})) == (answer, [])
-
-
-@pytest.mark.parametrize("answer,evidence,question", [
-    # The evidence also says it alone, or inside two different names.
-    ("Velka", _FERRY + " Velka is a town.", "Which firm ran the crossing to Port Ardmore?"),
-    ("Lindqvist", "Jon Lindqvist sailed. Later Ida Lindqvist sailed.", "Who sailed first?"),
-    # Only the question's own words would be added.
-    ("Ferry Company", _FERRY, "Which firm owned the Velka Ferry Company?"),
-    # A place, a date, a number, yes or no, a choice between two: a wider name would change them.
-    ("Ardmore", "Boats sailed to Port Ardmore.", "Where did the boats sail?"),
-    ("Ardmore", "Boats sailed to Port Ardmore.", "Which city did the boats sail to?"),
-    ("1931", "In 1931 Velka Ferry Company began.", "When did the firm begin?"),
-    ("7", "The Velka B-7 Gull flew.", "How many planes flew?"),
-    ("Brandt", "Ida Brandt or Jon Lindqvist sailed.", "Who sailed first, Ida Brandt or Jon Lindqvist?"),
-    # A capitalised word only a sentence's first ("Later", written in lower case elsewhere).
-    ("Brandt", "Later Brandt sailed. She sailed later too.", "Who sailed?"),
-    # More than three words more.
-    ("Gull", "The Velka Air Works Model B-7 Gull flew.", "What flew?"),
-    # Said whole already, in a place written after it.
-    ("Ida Brandt", "The station was founded by Ida Brandt in Port Ardmore.", "Who founded the station?"),
-    # Nothing read.
-    ("Brandt", None, "Who sailed?"),
-])
-def test_whole_name_keeps_an_answer_the_evidence_says_alone_or_a_name_would_change(answer, evidence, question):
-    assert whole_name(answer, evidence, question) == answer
-
-
-def test_whole_name_reads_the_sources_not_the_runs_own_answers():
-    """The chain of sub-question answers listed after the evidence is no reading: a name the
-    run itself cut ("Gull") does not count as the sources saying it alone."""
-    evidence = "The Velka B-7 Gull flew.\n\nSub-questions answered from this evidence:\nWhat flew? Gull"
-    assert checked_answer("Gull", evidence, "What did the pilots fly?")[0] == "Gull"
-    assert checked_answer("Gull", evidence, "What did the pilots fly?",
-                          reading="The Velka B-7 Gull flew.")[0] == "Velka B-7 Gull"

@@ -111,11 +111,6 @@ CHECKS: tuple[Check, ...] = (
           "Cuts a sentence answer to the part that answers: what follows a lead that says the "
           "question again, or the one date of a sentence for a question asking when.",
           "forms:answer_part"),
-    Check("answer-whole-name", "answer",
-          "Widens a short answer to the name it is part of, when the evidence read from sources "
-          "says it only inside one and the same longer name (at most three words more, not only "
-          "the question's own); not for yes/no, dates, numbers, choices or places.",
-          "forms:whole_name"),
     Check("answer-none", "answer",
           "Drops an answer that says there is none (unknown, not stated, cannot be determined).",
           "forms:says_no_answer"),

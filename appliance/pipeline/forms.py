@@ -32,7 +32,7 @@ def says_no_answer(answer: str) -> bool:
 
 
 def checked_answer(answer: str, evidence: str | None, question: str = "",
-                   switches: Switches = ALL_ON, reading: str | None = None) -> tuple[str, list[str]]:
+                   switches: Switches = ALL_ON) -> tuple[str, list[str]]:
     """The answer checks in order: ``answer`` (white space folded, trailing period dropped, cut
     to its answering part) and the ids of the checks that fired on it; "" when one of them
     drops it. ``evidence`` None (an answer from memory, read from nothing) skips only the
@@ -41,9 +41,7 @@ def checked_answer(answer: str, evidence: str | None, question: str = "",
 
     Yes and no rest on the evidence by their nature (the question says what they answer) but
     answer only a yes/no question; any other short answer needs at least half of its content
-    words in the evidence, word forms forgiven. ``reading``: the part of ``evidence`` read from
-    sources (without the run's own answers listed after it), where check answer-whole-name
-    reads a name whole; the whole evidence when not given.
+    words in the evidence, word forms forgiven.
     """
     fired: list[str] = []
     text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
@@ -57,11 +55,6 @@ def checked_answer(answer: str, evidence: str | None, question: str = "",
         if decided and decided.lower() != text.lower():
             fired.append("answer-dates")
             text = decided
-    if question and switches.on("answer-whole-name"):
-        whole = whole_name(text, evidence if reading is None else reading, question)
-        if whole != text:
-            fired.append("answer-whole-name")
-            text = whole
     if not text:
         return "", fired
     form = asked_form(question) if question else "phrase"
@@ -334,100 +327,6 @@ def _trim_name(span: str) -> str:
     while words and words[-1].lower() in _QUESTION_OPENERS | {"the", "of"}:
         words = words[:-1]
     return " ".join(words).strip(" ,?")
-
-
-# A name is read whole when it adds at most this many words to the answer.
-_WHOLE_NAME_ADDS = 3
-# What comes before a sentence's first word: a full stop, a new line, a listing's "[3]" or "- ".
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s|\n)\s*(?:\[\d+\]\s*|-\s+)?$")
-# The joiners that say where a name is rather than join its parts.
-_PLACING = {"in", "on", "upon"}
-# A word that ends a sentence: a full stop after two word characters (an initial's "J." ends none).
-_SENTENCE_END = re.compile(r"(?:\w\w[.!?:;]|[!?:;])$")
-
-
-def whole_name(answer: str, evidence: str | None, question: str) -> str:
-    """Check answer-whole-name: the name a short answer is part of, when the evidence never
-    says the answer but inside one and the same longer name ("Lindqvist", where the sources
-    only ever write "Jon Lindqvist" -> "Jon Lindqvist"; "Velka" read only in "Velka Ferry
-    Company" -> "Velka Ferry Company"). A small model told to answer shortly cuts a name to its
-    last word. The answer is kept as it is when the evidence also says it alone (or in two
-    different names), when the name would add more than ``_WHOLE_NAME_ADDS`` words or only
-    the question's own words; and for yes/no, a date, a number, a choice between two named
-    things, or a place (a question asking where, or for a country or city), whose answer a
-    wider name would change ("Oslo" is no "Oslo Airport")."""
-    text = " ".join(answer.split())
-    if not text or not evidence or _YES_NO.match(text.lower()) or asked_kind(question) \
-            or asked_form(question) in ("yes_no", "date", "number") or _choice(question) \
-            or question.strip().lower().startswith("where") or len(text.split()) > _WHOLE_NAME_ADDS:
-        return answer
-    spans = [(m.start(), m.group(0)) for m in re.finditer(_NAME_SPAN, evidence)]
-    # Words the evidence writes in lower case somewhere: common words, not names.
-    common = {w.lower() for w in re.findall(r"(?<![\w.'’\-])[a-z][\w'’\-]*", evidence)}
-    names: list[list[str]] = []
-    for found in re.finditer(rf"(?<![\w\-]){re.escape(text)}(?![\w\-])", evidence, re.IGNORECASE):
-        span = next(((begin, name) for begin, name in spans
-                     if begin <= found.start() and found.end() <= begin + len(name)), None)
-        words = _name_words(evidence, span, found.start(), found.end(), common) if span else None
-        if words is None or len(words) <= len(text.split()):
-            return answer  # said alone somewhere
-        names.append(words)
-    if not names:
-        return answer
-    # The shortest of the names, when every other one holds it ("B-7 Gull" read both as
-    # "B-7 Gull" and "Velka B-7 Gull").
-    shortest = min(names, key=len)
-    if not all(_holds(other, shortest) for other in names):
-        return answer
-    own = {w.lower() for w in text.split()}
-    added = [w for w in shortest if w.lower() not in own]
-    asked = content_words(question)
-    if len(added) > _WHOLE_NAME_ADDS or all(w.lower() in STOP_WORDS or word_found(w.lower(), asked)
-                                             for w in added):
-        return answer
-    return " ".join(shortest)
-
-
-def _name_words(evidence: str, span: tuple[int, str], start: int, end: int,
-                common: set[str]) -> list[str] | None:
-    """The words of the capitalised ``span`` around an answer found at ``start:end``, in the
-    sentence the answer is in, without the small words the name opens or closes with ("The",
-    "In 1931") and, at a sentence's start, a common word capitalised only there (one the
-    evidence also writes in lower case), and up to a word that places it ("in", "on"); None
-    when what is left does not hold the answer."""
-    begin, name = span
-    sentences: list[list[tuple[int, int, str]]] = [[]]
-    for m in re.finditer(r"\S+", name):
-        word = m.group(0)
-        sentences[-1].append((begin + m.start(), begin + m.end(), re.sub(r"(['’]s|[.'’])$", "", word)))
-        if _SENTENCE_END.search(word):
-            sentences.append([])
-    words = next((s for s in sentences if s and s[0][0] <= start and end <= s[-1][1]), None)
-    if words is None:
-        return None
-    # A word that places a name ends it: "Ida Brandt in Port Ardmore" is a person in a place.
-    while (cut := next((i for i, w in enumerate(words) if w[2] in _PLACING and w[1] <= start), None)) is not None:
-        words = words[cut + 1:]
-    cut = next((i for i, w in enumerate(words) if w[2] in _PLACING and w[0] >= end), None)
-    if cut is not None:
-        words = words[:cut]
-    if not words:
-        return None
-    at_start = words is not sentences[0] or bool(_SENTENCE_START.search(evidence[:begin]))
-    while words and words[0][1] <= start and (
-            words[0][2].lower() in STOP_WORDS or words[0][2].lower() in _QUESTION_OPENERS
-            or words[0][2].isdigit() or (at_start and words[0][2].lower() in common)):
-        words = words[1:]
-        at_start = False
-    while words and words[-1][0] >= end and (words[-1][2].lower() in STOP_WORDS or words[-1][2].isdigit()):
-        words = words[:-1]
-    return [w for _, _, w in words]
-
-
-def _holds(name: list[str], part: list[str]) -> bool:
-    """Whether the words ``part`` occur in ``name`` in a row (case aside)."""
-    low, want = [w.lower() for w in name], [w.lower() for w in part]
-    return any(low[i:i + len(want)] == want for i in range(len(low) - len(want) + 1))
 
 
 def compared_query(item: str, question: str, others: list[str]) -> str:

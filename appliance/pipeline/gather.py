@@ -462,10 +462,9 @@ def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str
         f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}"), on=f"claim {c.id}")]
 
 
-def answer_checked(run: RunContext, answer: str, evidence: str | None, question: str, on: str,
-                   reading: str | None = None) -> str:
+def answer_checked(run: RunContext, answer: str, evidence: str | None, question: str, on: str) -> str:
     """``forms.checked_answer`` under the run's switches, each check that fired counted."""
-    kept, fired = checked_answer(answer, evidence, question, run.checks.switches, reading)
+    kept, fired = checked_answer(answer, evidence, question, run.checks.switches)
     for check_id in fired:
         run.checks.fired(check_id, on=on, answer=" ".join(answer.split())[:200])
     return kept

@@ -91,7 +91,6 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     evidence = evidence_listing(confirmed, context)
     if context:
         evidence += "\n\nAround the quotes, in their sources:\n" + context
-    read = evidence
     chain = chain_listing(nodes or [], evidence, run.checks.switches)
     if chain:
         evidence += "\n\nSub-questions answered from this evidence:\n" + chain
@@ -103,7 +102,7 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
               purpose="answer", temperature=run.settings.llm.answer_temperature)
     if out is None:
         return ""
-    answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer", reading=read)
+    answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
     items = compared(run.ctx.question)
     if answer and is_yes_no(run.ctx.question) and run.checks.applies(
             "answer-both-sides", lambda: not both_sides(confirmed, items), on="answer", answer=answer):

@@ -79,6 +79,20 @@ def small_dataset(tmp_path):
     return folder
 
 
+def test_skip_and_limit_pick_a_slice_of_the_questions(small_dataset):
+    """--skip N --limit M answers questions N+1..N+M (a held-out part without running the rest);
+    skipping every question is a one-line usage error with exit 2, never an empty table."""
+    from appliance.evaluation.runner import load_dataset
+
+    every = [q["id"] for q in load_dataset(small_dataset).questions]
+    assert [q["id"] for q in load_dataset(small_dataset, None, 1).questions] == every[1:]
+    assert [q["id"] for q in load_dataset(small_dataset, 1, 0).questions] == every[:1]
+    result = CliRunner().invoke(main, ["eval", str(small_dataset), "--skip", "2", "--mode", "closed-book"])
+    assert result.exit_code == 2
+    assert "--skip 2 leaves no question" in result.output and "holds 2" in result.output
+    assert "Traceback" not in result.output
+
+
 def table_modes(markdown: str) -> list[str]:
     """The column names of an eval.md table."""
     header = next(line for line in markdown.splitlines() if line.startswith("| metric |"))

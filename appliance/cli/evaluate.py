@@ -14,6 +14,8 @@ from .research import run_settings
 @click.command(name="eval")
 @click.argument("dataset_dir", type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
+@click.option("--skip", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Leave out the first N questions (with --limit: questions N+1 to N+limit).")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(EVAL_MODES),
               help="Mode to run (repeat for several; default: all of them).")
 @click.option("--profile", type=click.Choice(PROFILES), default=None,
@@ -31,7 +33,7 @@ from .research import run_settings
 @click.option("--without", "without", multiple=True, metavar="CHECK",
               help="Switch this check off in every mode (repeat for several; `appliance checks` lists them). "
                    "The answers go to a folder of their own; calls whose prompts did not change replay.")
-def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url,
+def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url,
              without):
     """Answer DATASET_DIR's questions in each mode and score them.
 
@@ -52,7 +54,7 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
     from ..pipeline.parts import open_run_parts
     from ..sources.corpus import Corpus
 
-    dataset = load_dataset(dataset_dir, limit)
+    dataset = load_dataset(dataset_dir, limit, skip)
     corpus = corpus_name_for(dataset)
     settings = run_settings(profile, backend, corpus, searxng_url, model_name, no_cache)
     if without:
@@ -95,13 +97,15 @@ def evaluate(dataset_dir, limit, modes, profile, model_name, out_dir, force, no_
 @click.command(name="ablate")
 @click.argument("dataset_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
+@click.option("--skip", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Leave out the first N questions (with --limit: questions N+1 to N+limit).")
 @click.option("--check", "check_ids", multiple=True, metavar="CHECK",
               help="Switch off only these checks, one at a time (repeat; default: every switchable one).")
 @click.option("--profile", type=click.Choice(PROFILES), default=None, help="Profile of the pipeline.")
 @click.option("--model", "model_name", default=None, help="Manifest model to use for every role.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder (default: reports/ablate-<profile>).")
-def ablate(dataset_dirs, limit, check_ids, profile, model_name, out_dir):
+def ablate(dataset_dirs, limit, skip, check_ids, profile, model_name, out_dir):
     """Answer each dataset with every check on, then with each check off in turn.
 
     Prints, per dataset and check, F1 and its paired difference against all checks on (and
@@ -115,7 +119,7 @@ def ablate(dataset_dirs, limit, check_ids, profile, model_name, out_dir):
     from ..sources.corpus import Corpus
 
     checks = switchable_checks(list(check_ids)) if check_ids else None  # before any work
-    datasets = [load_dataset(folder, limit) for folder in dataset_dirs]
+    datasets = [load_dataset(folder, limit, skip) for folder in dataset_dirs]
     report: list[str] = []
     for dataset in datasets:
         corpus = corpus_name_for(dataset)

@@ -39,8 +39,10 @@ class Dataset:
     questions: list[dict]
 
 
-def load_dataset(folder: str | Path, limit: int | None = None) -> Dataset:
-    """Read ``questions.jsonl`` (and locate ``corpus.jsonl``) in a dataset folder."""
+def load_dataset(folder: str | Path, limit: int | None = None, skip: int = 0) -> Dataset:
+    """Read ``questions.jsonl`` (and locate ``corpus.jsonl``) in a dataset folder: the
+    questions after the first ``skip``, at most ``limit`` of them. Skipping every question
+    is a UsageError, never an empty table."""
     folder = Path(folder)
     corpus, questions = folder / "corpus.jsonl", folder / "questions.jsonl"
     for path in (corpus, questions):
@@ -59,6 +61,11 @@ def load_dataset(folder: str | Path, limit: int | None = None) -> Dataset:
                              hint='each line must be JSON with at least {"question": ...}') from None
         row.setdefault("id", hashlib.sha256(row["question"].encode()).hexdigest()[:12])
         rows.append(row)
+    if skip:
+        if skip >= len(rows):
+            raise UsageError(f"--skip {skip} leaves no question: {questions} holds {len(rows)}",
+                             hint=f"skip fewer than {len(rows)}")
+        rows = rows[skip:]
     if limit is not None:
         rows = rows[:limit]
     return Dataset(name=folder.resolve().name, corpus_path=corpus, questions=rows)

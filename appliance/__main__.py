@@ -2,4 +2,5 @@
 
 from .cli import main
 
-main(prog_name="appliance")
+if __name__ == "__main__":   # a worker process started by `serve` imports this module too
+    main(prog_name="appliance")

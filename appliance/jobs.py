@@ -13,7 +13,11 @@ import datetime as dt
 import fcntl
 import json
 import logging
+import multiprocessing
+import os
+import signal
 import sqlite3
+import sys
 import threading
 import time
 import uuid
@@ -344,17 +348,28 @@ def guard_models(models: Any, check: Callable[[], None]) -> Any:
 
 
 class Runner:
-    """Worker threads that take jobs from the queue and run them like `appliance research`."""
+    """Workers that take jobs from the queue and run them like `appliance research`.
+
+    Each worker is a process of its own (``isolated``, the default): a run's Python never
+    waits on the interpreter lock of the process answering requests, and a worker that dies
+    (a crash in native code, the OOM killer) fails its one job with a reason and is replaced,
+    while the server goes on. A worker dies with the process that started it, so a killed
+    server never leaves a run going behind the one its restart re-enters. ``isolated=False``
+    runs the workers as threads of this process (a host that cannot start processes)."""
 
     def __init__(self, queue: JobQueue, config_file: str | None = None, *, workers: int = 1,
-                 poll_seconds: float = 0.3):
+                 poll_seconds: float = 0.3, isolated: bool = True):
         self.queue = queue
         self.config_file = config_file
         self.workers = max(0, workers)   # 0: queue only, nothing runs (maintenance, tests)
         self.poll_seconds = poll_seconds
-        self._stop = threading.Event()
+        self.isolated = isolated
+        self._stop: Any = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._processes: list[Any] = []
+        self._current: list[Any] = []    # per worker process: the id of the job it runs, or b""
         self._lock_file: Any = None
+        self.replaced = 0                # worker processes that died and were started again
 
     def start(self) -> list[str]:
         """Take the state folder's serve lock, re-enter jobs a dead server left running and
@@ -369,26 +384,75 @@ class Runner:
         recovered = self.queue.recover()
         for ids in recovered:
             log.info("re-entering job %s (the server stopped while it ran)", ids)
-        for number in range(self.workers):
-            thread = threading.Thread(target=self._loop, name=f"job-worker-{number}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        if self.isolated and self.workers:
+            context = multiprocessing.get_context("spawn")   # nothing of this process's threads
+            self._stop = context.Event()
+            self._context = context
+            self._current = [context.Array("c", 2 + JOB_ID_CHARS) for _ in range(self.workers)]
+            self._processes = [self._spawn(number) for number in range(self.workers)]
+            watch = threading.Thread(target=self._supervise, name="job-supervisor", daemon=True)
+            watch.start()
+            self._threads.append(watch)
+        elif self.workers:
+            for number in range(self.workers):
+                thread = threading.Thread(target=self._loop, name=f"job-worker-{number}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
         return recovered
 
+    def _spawn(self, number: int) -> Any:
+        process = self._context.Process(
+            target=_worker_main, name=f"job-worker-{number}", daemon=True,
+            args=(str(self.queue.path), self.config_file, self.poll_seconds, self._stop,
+                  self._current[number], os.getpid(), logging.getLogger().getEffectiveLevel()))
+        process.start()
+        return process
+
+    def _supervise(self) -> None:
+        """Replace a worker process that died while the server runs; its job fails in one line."""
+        while not self._stop.wait(0.5):
+            for number, process in enumerate(self._processes):
+                if process.is_alive() or self._stop.is_set():
+                    continue
+                job_id = self._current[number].value.decode()
+                reason = (f"the worker process died (signal {-process.exitcode})" if (process.exitcode or 0) < 0
+                          else f"the worker process exited with status {process.exitcode}")
+                log.error("worker %d: %s%s; starting another", number, reason, f" running job {job_id}" if job_id else "")
+                if job_id:
+                    job = self.queue.get(job_id)
+                    if job is not None and job.status == "running":
+                        self.queue.finish(job_id, "failed", error=reason)
+                    self._current[number].value = b""
+                self._processes[number] = self._spawn(number)
+                self.replaced += 1
+
     def stop(self, timeout: float = 5.0) -> None:
+        """Ask every worker to stop at its next model call (its job is queued again), and
+        end what has not stopped after ``timeout`` seconds: a job left running is re-entered
+        by the next start."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for process in self._processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(5)
         if self._lock_file:
             self._lock_file.close()
 
-    def _loop(self) -> None:
+    def _loop(self, current: Any = None) -> None:
         while not self._stop.is_set():
             job = self.queue.claim_next()
             if job is None:
                 self._stop.wait(self.poll_seconds)
                 continue
+            if current is not None:
+                current.value = job.id.encode()
             self.run_job(job)
+            if current is not None:
+                current.value = b""
 
     def run_job(self, job: Job) -> None:
         """Run one claimed job to its end; every outcome is a status and a one-line reason."""
@@ -431,6 +495,46 @@ class Runner:
         self.queue.finish(job.id, outcome, run_status=status.value,
                           error=str(result.report.get("error") or ""), stats=result.report.get("stats", {}),
                           report=str(result.markdown_path))
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this process when ``parent`` ends: at once on Linux (the kernel's parent-death
+    signal), and by a watch on the parent's pid everywhere."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:   # it ended before the signal was set
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker_main(queue_path: str, config_file: str | None, poll_seconds: float, stop: Any, current: Any,
+                 parent: int, log_level: int) -> None:
+    """A worker process: the thread worker's loop over the same queue, stopped by ``stop``.
+    Ctrl-C reaches the whole process group; the server alone decides when workers stop."""
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Standard output may be a protocol stream (the MCP server's STDIO): never write to it.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    sys.stdout = open(os.devnull, "w")
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    runner = Runner(JobQueue(Path(queue_path)), config_file, workers=0, poll_seconds=poll_seconds,
+                    isolated=False)
+    runner._stop = stop
+    runner._loop(current)
 
 
 def wait_for(queue: JobQueue, job_id: str, timeout: float, poll: float = 0.5) -> Iterator[Job]:

@@ -1,11 +1,16 @@
 """The job queue behind `appliance serve`, end to end with the real 135M model on a tiny corpus:
 submit, poll, events, report, cancel, delete; and a server killed with SIGKILL while one run
 runs and two wait, restarted: all three finish, the running one replays its cached calls, and
-no run runs twice at once."""
+no run runs twice at once. Runs go in worker processes: one killed on its own fails its job
+in one line and is replaced; none outlives a killed server."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +28,29 @@ FIELDS = {"profile": "quick", "corpus": "tiny", "backend": "corpus", "model": "s
 def home(tmp_path):
     require_model_file()
     return tiny_home(tmp_path)
+
+
+def children(pid: int) -> list[int]:
+    """The server's worker processes: its children started by multiprocessing's spawn (not its
+    resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def submit(client: httpx.Client, question: str) -> str:
@@ -87,7 +115,14 @@ def test_sigkill_with_one_running_and_two_queued(home):
             time.sleep(0.2)
         assert client.get(f"/api/runs/{ids[0]}").json()["status"] == "running"
         assert [client.get(f"/api/runs/{i}").json()["status"] for i in ids[1:]] == ["queued", "queued"]
+    workers = children(server.process.pid)
+    assert workers, "runs go in a worker process of their own"
     server.kill()
+    # No worker outlives the server: a restart must not find a run still going.
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)
     cached_before = cached_calls(home)
     assert cached_before >= 3
 
@@ -105,3 +140,26 @@ def test_sigkill_with_one_running_and_two_queued(home):
     # One worker: each run started after the one before it finished (never two at once).
     assert jobs[0]["finished"] <= jobs[1]["started"] and jobs[1]["finished"] <= jobs[2]["started"]
     assert "Traceback" not in again.log_text()
+
+
+def test_a_worker_process_that_dies_fails_its_job_and_is_replaced(home):
+    """A run's process killed on its own (a crash in native code, the OOM killer): its job is
+    failed with a one-line reason, the server goes on, and a new worker runs the next job."""
+    server = Server(home).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            first, second = submit(client, QUESTIONS[0]), submit(client, QUESTIONS[1])
+            wait_status(client, first, {"running"}, 60)
+            [worker] = children(server.process.pid)
+            os.kill(worker, signal.SIGKILL)
+            failed = wait_status(client, first, {"done", "failed", "cancelled"}, 60)
+            assert failed["status"] == "failed"
+            assert failed["error"] == "the worker process died (signal 9)"
+            done = wait_status(client, second, {"done", "failed", "cancelled"}, 600)
+            assert done["status"] == "done", done
+            assert [pid for pid in children(server.process.pid) if pid != worker]
+    finally:
+        server.stop()
+    log = server.log_text()
+    assert "worker 0: the worker process died (signal 9) running job " + first in log
+    assert "Traceback" not in log

@@ -49,8 +49,8 @@ TOKEN_COOKIE = "appliance_token"
 # How much nicer than the runs the thread that answers requests is (Linux): a run's model and
 # embedding threads keep their priority, so many clients polling never slow a run down; when
 # the CPU is busy, the clients wait a little longer instead. Measured (scripts/bench_serve.py,
-# 50 clients, 2 cores, the 135M model): at the same priority a served run took 4.8x; at +19 its
-# own seconds are 1.3x (the interpreter lock it shares with this thread is most of the rest).
+# 50 clients, 2 cores, the 135M model): at the same priority a served run took 4.8x; at +19,
+# with each job worker a process of its own, 1.07x (the clients at +19 too; see the README).
 SERVE_NICENESS = 19
 
 

@@ -385,3 +385,42 @@ def test_ablating_an_unknown_or_unswitchable_check_is_refused_before_any_work(tm
         result = CliRunner().invoke(main, ["ablate", str(demo), "--check", check_id, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and words in result.output, result.output
         assert "indexing" not in result.output and not (tmp_path / "home" / "lancedb").exists()
+
+
+def _claim_of(claim_id: str, text: str, node: str):
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+
+    return MergedClaim(id=claim_id, text=text, quotes=[QuoteRef(source_url="u", quote=text.rstrip("."))],
+                       node_ids=[node], members=[f"{node}-s1-{claim_id}"], importance=Importance.central,
+                       source_quality=SourceQuality.primary)
+
+
+@pytest.mark.parametrize("first_answer,disabled,kept", [
+    ("", (), ["m1", "m2"]),                  # the first step found no answer: its claim lends "Merrow"
+    ("", ("bridge-names",), ["m1"]),         # switched off: the shipyard claim is off subject
+    ("the Osprey", (), ["m1"]),              # it answered: its answer, not its claims, is the chain's
+])
+def test_bridge_names_lends_an_unanswered_steps_findings_to_the_chain(monkeypatch, first_answer, disabled, kept):
+    from types import SimpleNamespace
+
+    from appliance.pipeline import run as run_module
+    from appliance.pipeline.state import RunStats
+
+    monkeypatch.setattr(run_module, "claim_contexts", lambda run, claims: {})
+    nodes = [NodeState(id="q1", question="Which ship carried Envoy Ida Brandt to Ruritania?", answer=first_answer),
+             NodeState(id="q2", question="Where was #1 built?", depends_on=["q1"])]
+    claims = [_claim_of("m1", "Ida Brandt sailed to Ruritania on the Merrow.", "q1"),
+              _claim_of("m2", "The Merrow was built at Kessel.", "q2"),
+              _claim_of("m3", "The Lindqvist was built at Velka.", "q2")]
+    run = SimpleNamespace(ctx=SimpleNamespace(question="Where was the ship that carried Envoy Ida Brandt to "
+                                                       "Ruritania built?"),
+                          checks=Firings(Switches(disabled)), stats=RunStats(), settings=load_settings(env={}))
+    assert [c.id for c in run_module.relevant_claims(run, claims, nodes)] == kept
+    assert run.checks.counts.get("bridge-names", 0) == (1 if kept == ["m1", "m2"] else 0)
+    assert run.stats.claims_off_subject == 3 - len(kept)
+    # What the unanswered step's off-subject claims name is not lent.
+    lent = run_module.bridge_names(claims + [_claim_of("m4", "Lindqvist sailed on the Kestrel.", "q1")],
+                                   nodes,
+                                   "Which ship carried Envoy Ida Brandt to Ruritania?",
+                                   lambda c, basis: run_module.off_subject(c.text, basis))
+    assert "Kestrel" not in lent and ("Merrow" in lent) == (not first_answer)

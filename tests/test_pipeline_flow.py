@@ -1200,6 +1200,12 @@ def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
     ("In which country is Midway?", "entity"),
     ("How many people live in the city where the band formed?", "number"),
     ("In the country of Jiménez, what percentage of edits come from Spain?", "number"),
+    ("What is the population of the town where the ferry line began?", "number"),
+    ("What was the total debt carried by the port authority of Ardmore?", "number"),
+    ("What's the elevation of the pass the envoy crossed?", "number"),
+    ("What is the name of the town where the ferry line began?", "phrase"),
+    ("What was the price war between the two ferry lines called?", "phrase"),
+    ("What is the speed?", "number"),
     ("Did the author of Brand live in Rome?", "yes_no"),
     ("Which county borders Avery County?", "phrase"),
 ])

@@ -172,15 +172,22 @@ _ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at)
 # "In which country ...?", "What county ...?": the kind of place or body asked for, by name.
 _KIND_ASKED = re.compile(r"^\s*(?:(?:in|from|to|of|at|for|on) )?(?:which|what) (country|nation|city|state|county|"
                          r"town|village|province|region|continent|island|river|district|borough)\b", re.IGNORECASE)
+# "What is the population of ...?", "What was the total debt of ...?": an amount asked by its
+# name, the name followed by what it is of (a "price war between ..." is no amount).
+_AMOUNT_NOUNS = (r"population|debt|cost|price|budget|revenue|salary|income|attendance|capacity|"
+                 r"height|length|weight|distance|elevation|altitude|depth|speed|temperature")
 _NUMBER_ASKED = re.compile(r"^\s*how (many|much|long|old|far|tall|high|big|large|deep|wide)\b|"
-                           r"\bwhat (percentage|percent|proportion|number|amount)\b", re.IGNORECASE)
+                           r"\bwhat (percentage|percent|proportion|number|amount)\b|"
+                           rf"\bwhat(?:'s| is| was| are| were) (?:the |its |their )?(?:[a-z]+ )?(?:{_AMOUNT_NOUNS})"
+                           r"(?: [a-z]+)?(?: of| for| in| at| on| by|\s*\?|\s*$)",
+                           re.IGNORECASE)
 
 
 def asked_form(question: str) -> str:
     """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
-    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?"),
-    "entity" (a person or place: "Who ...?", "Where ...?", "In which country ...?") or
-    "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
+    ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?", "What
+    is the population of ...?"), "entity" (a person or place: "Who ...?", "Where ...?", "In
+    which country ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
     leading or closing "when" asks for a date."""
     if is_yes_no(question):
         return "yes_no"

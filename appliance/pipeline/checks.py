@@ -88,10 +88,6 @@ CHECKS: tuple[Check, ...] = (
           "Neither verifies nor answers with a claim about other named things than the question, "
           "its sub-questions and the answers later steps build on.",
           "names:off_subject", ("pipeline.name_check",)),
-    Check("bridge-names", "verify",
-          "Keeps as on subject a claim naming what an on-subject claim of a step that later steps "
-          "build on names, when that step found no answer of its own.",
-          "run:bridge_names", ("pipeline.name_check",)),
     Check("verbatim-confirmed", "verify",
           "Confirms without votes a claim that is word for word a sentence it quotes.",
           "verify:is_verbatim", ("pipeline.vote_verbatim",)),

@@ -11,7 +11,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..config import Settings, state_dir
 from ..contracts import Importance, MergedClaim, NodeState, ReportData, RunStatus, Verdict
@@ -281,37 +280,10 @@ def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[Node
     chain = "\n".join([run.ctx.question] + [
         f"{n.asked}\n{n.answer if n.id in built_on or n.from_gap_round else ''}" for n in nodes])
     around = claim_contexts(run, kept)
-
-    def off(claim: MergedClaim, basis: str) -> bool:
-        return off_subject(claim_text(claim), basis, around.get(claim.id, ""))
-
-    lent = bridge_names(kept, nodes, chain, off) if run.checks.on("bridge-names") else ""
-    on_subject = []
-    for claim in kept:
-        if not off(claim, chain):
-            on_subject.append(claim)
-        elif lent and not off(claim, f"{chain}\n{lent}"):
-            run.checks.fired("bridge-names", on=f"claim {claim.id}")
-            on_subject.append(claim)
-        else:
-            run.checks.fired("verify-off-subject", on=f"claim {claim.id}")
+    on_subject = [c for c in kept if not run.checks.applies(
+        "verify-off-subject", lambda: off_subject(claim_text(c), chain, around.get(c.id, "")), on=f"claim {c.id}")]
     run.stats.add(claims_off_subject=len(kept) - len(on_subject))
     return on_subject
-
-
-def bridge_names(claims: list[MergedClaim], nodes: list[NodeState], chain: str,
-                 off: Callable[[MergedClaim, str], bool]) -> str:
-    """The texts of the on-subject claims found for a step that later steps build on and that
-    found no answer of its own, one per line: what those claims name is what the step was
-    looking for, so a claim about it bears on the research though the chain never names it.
-    Asked "Which ship carried the envoy, and where was it built?", a first step that read
-    "the envoy sailed on the Merrow" but gave no answer still makes a claim about the Merrow's
-    shipyard one about the research."""
-    built_on = {d for n in nodes for d in n.depends_on}
-    unanswered = {n.id for n in nodes if n.id in built_on and not n.answer.strip()}
-    if not unanswered:
-        return ""
-    return "\n".join(c.text for c in claims if unanswered & set(c.node_ids) and not off(c, chain))
 
 
 def claim_text(claim: MergedClaim) -> str:

@@ -35,14 +35,14 @@ def one_line_error(response: httpx.Response, status: int) -> str:
 
 
 def test_security_headers_and_openapi(server):
-    response = httpx.get(f"{server.url}/api/openapi.json")
+    response = httpx.get(f"{server.url}/api/openapi.json", timeout=30)
     assert response.status_code == 200
     assert response.json()["paths"]["/api/runs"]["post"]
     assert "default-src 'self'" in response.headers["content-security-policy"]
 
 
 def test_bad_ids_and_paths(server):
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         for path in ("/api/runs/..%2F..%2Fetc%2Fpasswd", "/api/runs/j-..%2Fjobs/report",
                      "/api/runs/j-../report", "/api/runs/..", "/api/runs/j-0123456789ab%00/report"):
             response = client.get(path)
@@ -54,7 +54,7 @@ def test_bad_ids_and_paths(server):
 
 
 def test_bad_bodies(server):
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         one_line_error(client.post("/api/runs", content=b"not json"), 400)
         one_line_error(client.post("/api/runs", json=["a list"]), 400)
         one_line_error(client.post("/api/runs", json={"question": 5}), 400)
@@ -89,7 +89,7 @@ def test_hundred_megabyte_body(server):
 
 
 def test_thousand_submissions_bounded(server, home):
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         codes = [client.post("/api/runs", json={"question": f"{QUESTION} ({n})"}).status_code for n in range(1000)]
         assert codes.count(201) == 50 and codes.count(429) == 950, {c: codes.count(c) for c in set(codes)}
         assert codes.index(429) == 50
@@ -118,10 +118,10 @@ def test_token_beyond_loopback(tmp_path):
         assert len(lines) == 1
         token = lines[0].rsplit(": ", 1)[1]
         url = f"{server.url}/api/runs"
-        one_line_error(httpx.get(url), 401)
-        one_line_error(httpx.get(url, headers={"authorization": "Bearer wrong"}), 403)
-        one_line_error(httpx.get(url, params={"token": "wrong"}), 403)
-        assert httpx.get(url, headers={"authorization": f"Bearer {token}"}).status_code == 200
+        one_line_error(httpx.get(url, timeout=30), 401)
+        one_line_error(httpx.get(url, headers={"authorization": "Bearer wrong"}, timeout=30), 403)
+        one_line_error(httpx.get(url, params={"token": "wrong"}, timeout=30), 403)
+        assert httpx.get(url, headers={"authorization": f"Bearer {token}"}, timeout=30).status_code == 200
         assert "Traceback" not in server.log_text()
     finally:
         server.stop()

@@ -68,7 +68,7 @@ def test_submit_watch_report_and_citation_quote(home):
         run_id = page.url.rsplit("/", 1)[1]
         # The node table fills while the run runs (the page was loaded before any node existed).
         page.wait_for_selector("#nodes tr[data-node]", timeout=300_000)
-        with httpx.Client(base_url=server.url) as client:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             first_seen = client.get(f"/api/runs/{run_id}").json()
         assert first_seen["status"] in ("running", "done"), first_seen
         # A reload shows the same run and carries on following it.
@@ -77,7 +77,7 @@ def test_submit_watch_report_and_citation_quote(home):
         expect(page.locator("#nodes tr[data-node]").first).to_be_visible()
         expect(page.locator("#report-link")).to_be_visible(timeout=600_000)
         expect(page.locator("#run-status")).to_have_text("done")
-        with httpx.Client(base_url=server.url) as client:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             job = client.get(f"/api/runs/{run_id}").json()
         assert page.locator("#nodes tr[data-node]").count() == len(job["nodes"]) > 0
         assert page.locator("#n-total").inner_text() == str(len(job["nodes"]))
@@ -85,7 +85,7 @@ def test_submit_watch_report_and_citation_quote(home):
 
         page.click("#report-link")
         page.wait_for_url(f"{server.url}/runs/{run_id}/report")
-        with httpx.Client(base_url=server.url) as client:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             report = client.get(f"/api/runs/{run_id}/report", params={"format": "json"}).json()
         cites = page.locator("#report .cite")
         assert cites.count() > 0, "the report has no citation"

@@ -121,7 +121,7 @@ def test_forged_and_cross_site_posts_are_refused(server):
         token = csrf_of(client.get("/"))   # this client now holds the CSRF cookie
         before = client.get("/api/runs").json()["counts"]
         # A forged post from a client without the cookie, or with a field that does not match it.
-        forged = httpx.post(f"{server.url}/runs", data={"question": QUESTION, "csrf": token})
+        forged = httpx.post(f"{server.url}/runs", data={"question": QUESTION, "csrf": token}, timeout=30)
         assert "CSRF" in refusal(forged, 403)
         assert "CSRF" in refusal(client.post("/runs", data={"question": QUESTION}), 403)
         assert "CSRF" in refusal(client.post("/runs", data={"question": QUESTION, "csrf": "x" * 43}), 403)
@@ -156,10 +156,10 @@ def test_pages_need_the_token_beyond_loopback(tmp_path):
     server = Server(tmp_path, "--workers", "0", "--token", "s3cret-token-for-tests", host="127.0.0.2")
     server.start(token="s3cret-token-for-tests")
     try:
-        assert refusal(httpx.get(f"{server.url}/"), 401)
-        refusal(httpx.get(f"{server.url}/history", params={"token": "wrong"}), 403)
-        refusal(httpx.get(f"{server.url}/", cookies={"appliance_token": "wrong"}), 403)
-        refusal(httpx.get(f"{server.url}/static/app.css"), 401)
+        assert refusal(httpx.get(f"{server.url}/", timeout=30), 401)
+        refusal(httpx.get(f"{server.url}/history", params={"token": "wrong"}, timeout=30), 403)
+        refusal(httpx.get(f"{server.url}/", cookies={"appliance_token": "wrong"}, timeout=30), 403)
+        refusal(httpx.get(f"{server.url}/static/app.css", timeout=30), 401)
         with httpx.Client(base_url=server.url, timeout=30) as client:
             opened = client.get("/history", params={"token": "s3cret-token-for-tests", "q": "lake"})
             # The token moves to an HttpOnly cookie and out of the address bar.

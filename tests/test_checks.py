@@ -318,6 +318,16 @@ def test_a_run_redraws_its_dropped_answer_and_counts_it(tmp_path):
     assert off.report["short_answer"] == "" and "answer-redraw" not in off.report["stats"]["checks"]
 
 
+def test_a_sub_questions_dropped_answer_is_drawn_again_too(tmp_path):
+    def node_answer(messages, seed):
+        return ShortAnswer(answer="Ida Brandt" if "was refused" in messages[-1]["content"] else "Lindqvist")
+
+    result = _run(tmp_path, **{"node-answer": node_answer})
+    first = next(n for n in result.report["plan"]["nodes"] if n["id"] == "q1")
+    assert first["answer"] == "Ida Brandt"
+    assert {"check": "answer-redraw", "on": "answer of q1", "answer": "Lindqvist"} in result.report["checks"]["fired"]
+
+
 @pytest.mark.parametrize("fires,holds", [
     (lambda: not grounded("Ida Brandt founded a Ruritanian ferry line in 1931.", "The station opened in 1931."),
      lambda: not grounded("The station opened in 1931.", "The Port Ardmore station opened in 1931.")),

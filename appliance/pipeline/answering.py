@@ -1,6 +1,6 @@
-"""Drawing a question's short answer: one call, its answer checks, and one redraw when a check
-dropped it for something a second draw can mend. The pipeline's direct answer and every eval
-baseline draw their answer here, so all modes are scored on one set of terms."""
+"""Drawing a short answer: one call, its answer checks, and one redraw when a check dropped it
+for something a second draw can mend. The pipeline's direct answer, its sub-questions' answers
+and every eval baseline's answer are drawn here, so all modes are scored on one set of terms."""
 
 from __future__ import annotations
 
@@ -30,9 +30,12 @@ class DrawnAnswer:
 
 
 def draw_answer(call: Callable[[list[dict]], str | None], question: str, evidence: str | None, today: str,
-                choices: list[str] | tuple[str, ...] = (), switches: Switches = ALL_ON) -> DrawnAnswer:
+                choices: list[str] | tuple[str, ...] = (), switches: Switches = ALL_ON,
+                checked_as: str | None = None) -> DrawnAnswer:
     """The short answer to ``question`` from ``evidence`` (None: from memory). ``call`` runs
     one short-answer prompt and gives the model's answer, or None when it gave no valid output.
+    ``checked_as``: the question the answer checks read, when the prompt's question carries
+    more (a sub-question with the earlier answers it builds on).
     Check answer-redraw: when an answer check drops the first answer for its form, for saying
     the question again or for not resting on the evidence, the prompt is asked once more with
     that answer and the reason it was refused; the second answer passes the same checks. An
@@ -44,12 +47,12 @@ def draw_answer(call: Callable[[list[dict]], str | None], question: str, evidenc
         if raw is None:
             return drawn
         drawn.raws.append(raw)
-        answer, fired = checked_answer(raw, evidence, question, switches)
+        answer, fired = checked_answer(raw, evidence, checked_as or question, switches)
         drawn.fired += [(check_id, raw) for check_id in fired]
         if answer or not fired or refused is not None or not switches.on("answer-redraw"):
             drawn.answer = answer
             return drawn
-        reason = refusal_reason(fired[-1], raw, question)
+        reason = refusal_reason(fired[-1], raw, checked_as or question)
         if not reason:
             return drawn
         drawn.fired.append(("answer-redraw", raw))

@@ -15,7 +15,7 @@ from .answering import draw_answer
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
 from .forms import answer_rests_on, compared, echoes_example, is_yes_no, offered_choice
-from .gather import dedupe_text
+from .gather import dedupe_text, drawn_answer
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
 from .state import RunContext, ask
@@ -105,9 +105,7 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
         return None if out is None else out.answer
 
     drawn = draw_answer(call, run.ctx.question, evidence, run.ctx.today, choices, run.checks.switches)
-    for check_id, raw in drawn.fired:
-        run.checks.fired(check_id, on="answer", answer=" ".join(raw.split())[:200])
-    answer = drawn.answer
+    answer = drawn_answer(run, drawn, on="answer")
     items = compared(run.ctx.question)
     if answer and is_yes_no(run.ctx.question) and run.checks.applies(
             "answer-both-sides", lambda: not both_sides(confirmed, items), on="answer", answer=answer):

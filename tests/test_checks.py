@@ -20,7 +20,6 @@ from appliance.embed import get_embedder
 from appliance.errors import ConfigError
 from appliance.pipeline import checks as registry
 from appliance.pipeline.anchor import find_quote
-from appliance.pipeline.answering import draw_answer
 from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
 from appliance.pipeline.forms import checked_answer, echoes_example
 from appliance.pipeline.names import names_unsupported
@@ -232,102 +231,6 @@ def test_each_answer_check_fires_and_switches_off(check_id, answer, evidence, qu
     assert checked_answer("Ida Brandt", evidence + " Ida Brandt.", "Who founded the station?") == ("Ida Brandt", [])
 
 
-# ------------------------------------------------------------------ answer-redraw
-
-REDRAW_EVIDENCE = "Port Ardmore opened its station in 1931. Ida Brandt founded it."
-
-
-def _drawing(*answers):
-    """A short-answer call giving ``answers`` in turn, and the prompts it was asked."""
-    asked: list[list[dict]] = []
-    pending = list(answers)
-
-    def call(messages):
-        asked.append(messages)
-        return pending.pop(0)
-
-    return call, asked
-
-
-@pytest.mark.parametrize("first,question,reason", [
-    ("Port Ardmore", "When did the station open?", "the question asks for a date or year"),
-    ("yes", "Who founded the station?", "the question does not ask for yes or no"),
-    ("Lindqvist", "Who founded the station?", "the evidence does not say it"),
-    ("The founder of the radio station", "Who was the founder of the radio station?",
-     "it only says the question again"),
-])
-def test_answer_redraw_asks_again_saying_what_was_refused_and_why(first, question, reason):
-    second = "1931" if "When" in question else "Ida Brandt"
-    call, asked = _drawing(first, second)
-    drawn = draw_answer(call, question, REDRAW_EVIDENCE, "2026-01-01")
-    assert drawn.answer == second and drawn.raws == [first, second]
-    assert "answer-redraw" in [c for c, _ in drawn.fired]
-    assert len(asked) == 2 and f'A first answer, "{first}", was refused: {reason}. Answer again.' \
-        in asked[1][-1]["content"]
-    # The second prompt is the first one with the refusal after it: its evaluated prefix is reused.
-    assert asked[1][0] == asked[0][0] and asked[1][-1]["content"].startswith(asked[0][-1]["content"])
-
-
-def test_answer_redraw_draws_once_more_at_most_and_not_for_a_model_that_found_none():
-    call, asked = _drawing("Port Ardmore", "the harbour")
-    drawn = draw_answer(call, "When did the station open?", REDRAW_EVIDENCE, "2026-01-01")
-    assert drawn.answer == "" and len(asked) == 2  # the second answer fails too: no third draw
-    assert [c for c, _ in drawn.fired] == ["answer-form", "answer-redraw", "answer-form"]
-    call, asked = _drawing("Not stated")
-    drawn = draw_answer(call, "Who founded the station?", REDRAW_EVIDENCE, "2026-01-01")
-    assert drawn.answer == "" and len(asked) == 1 and [c for c, _ in drawn.fired] == ["answer-none"]
-    call, asked = _drawing("Ida Brandt")  # an answer every check lets through: one call
-    assert draw_answer(call, "Who founded the station?", REDRAW_EVIDENCE, "2026-01-01").fired == []
-    assert len(asked) == 1
-
-
-def test_answer_redraw_switched_off_keeps_the_drop():
-    call, asked = _drawing("Port Ardmore", "1931")
-    drawn = draw_answer(call, "When did the station open?", REDRAW_EVIDENCE, "2026-01-01",
-                        switches=Switches({"answer-redraw"}))
-    assert drawn.answer == "" and len(asked) == 1
-
-
-def test_every_eval_baseline_draws_its_answer_again_on_the_same_terms():
-    from appliance.evaluation import baselines
-
-    def answer(messages, seed):
-        return ShortAnswer(answer="Ida Brandt" if "was refused" in messages[-1]["content"] else "Lindqvist")
-
-    engine = FakeEngine({"rag-answer": answer, "closed-book-answer": answer})
-    got = baselines.rag("Who founded Radio Ardmore?", writer=engine, backend=FakeBackend(HITS),
-                        fetcher=FakeFetcher(PAGES), temperature=0.0)
-    assert got.answer == "Ida Brandt" and got.fired == ["answer-rests", "answer-redraw"]
-    assert [p for p, _ in engine.calls] == ["rag-answer", "rag-answer"]
-    # From memory nothing is checked for resting, so "Lindqvist" stands: no redraw.
-    got = baselines.closed_book("Who founded Radio Ardmore?", writer=engine, temperature=0.0)
-    assert got.answer == "Lindqvist" and got.fired == []
-
-
-def test_a_run_redraws_its_dropped_answer_and_counts_it(tmp_path):
-    def answer(messages, seed):
-        # First a name the evidence never gives, then the one it does.
-        return ShortAnswer(answer="Port Ardmore" if "was refused" in messages[-1]["content"] else "Lindqvist")
-
-    result = _run(tmp_path, answer=answer)
-    assert result.report["short_answer"] == "Port Ardmore"
-    assert result.report["stats"]["checks"].get("answer-redraw") == 1
-    fired = [e for e in result.report["checks"]["fired"] if e["check"] == "answer-redraw"]
-    assert fired == [{"check": "answer-redraw", "on": "answer", "answer": "Lindqvist"}]
-    off = _run(tmp_path / "off", disabled=["answer-redraw"], answer=answer)
-    assert off.report["short_answer"] == "" and "answer-redraw" not in off.report["stats"]["checks"]
-
-
-def test_a_sub_questions_dropped_answer_is_drawn_again_too(tmp_path):
-    def node_answer(messages, seed):
-        return ShortAnswer(answer="Ida Brandt" if "was refused" in messages[-1]["content"] else "Lindqvist")
-
-    result = _run(tmp_path, **{"node-answer": node_answer})
-    first = next(n for n in result.report["plan"]["nodes"] if n["id"] == "q1")
-    assert first["answer"] == "Ida Brandt"
-    assert {"check": "answer-redraw", "on": "answer of q1", "answer": "Lindqvist"} in result.report["checks"]["fired"]
-
-
 @pytest.mark.parametrize("fires,holds", [
     (lambda: not grounded("Ida Brandt founded a Ruritanian ferry line in 1931.", "The station opened in 1931."),
      lambda: not grounded("The station opened in 1931.", "The Port Ardmore station opened in 1931.")),
@@ -423,12 +326,12 @@ def _script():
     }
 
 
-def _run(tmp_path, disabled=(), **script_changes):
+def _run(tmp_path, disabled=()):
     env = {"APPLIANCE_HOME": str(tmp_path / "home")}
     settings = load_settings(profile="quick", env=env, overrides={
         "pipeline.quote_sentences": False, "pipeline.question_sources": 0, "pipeline.gap_questions": 1,
         "checks.disabled": list(disabled)})
-    engine = FakeEngine({**_script(), **script_changes})
+    engine = FakeEngine(_script())
     models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
     return research(RUN_QUESTION, settings, models=models, backend=FakeBackend(HITS),
                     fetcher=FakeFetcher(PAGES), embedder=get_embedder(settings), out_dir=tmp_path / "reports")

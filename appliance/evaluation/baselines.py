@@ -7,12 +7,11 @@
   over every passage found.
 - ``closed-book``: the short-answer call alone, from the model's memory.
 
-Every answer is drawn by ``answering.draw_answer``, as the pipeline's own direct answer is: it
-passes ``forms.checked_answer`` (the asked form, no restating of the question, no "unknown",
-yes or no only for a yes/no question, the part of a sentence that answers; and, where passages
-were read, resting on them), and one dropped for something a second draw can mend is drawn
-once more, so all modes are scored on one set of terms. The raw model answer is kept beside
-the checked one.
+Every answer goes through ``forms.checked_answer``, the checks the pipeline's own
+direct answer passes (the asked form, no restating of the question, no "unknown", yes or no
+only for a yes/no question, the part of a sentence that answers; and, where passages were
+read, resting on them), so all modes are scored on one set of terms. The raw model answer is
+kept beside the checked one.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ from ..contracts import IterativeStep, Source, answer_schema
 from ..errors import ModelOutputError
 from ..pipeline import prompts
 from ..pipeline.checks import ALL_ON, Switches
-from ..pipeline.answering import draw_answer
-from ..pipeline.forms import offered_choice
+from ..pipeline.forms import checked_answer, offered_choice
 
 RAG_PASSAGES = 5
 RAG_PASSAGE_CHARS = 700
@@ -53,22 +51,11 @@ def _answer(writer, question: str, evidence: str | None, purpose: str, temperatu
             switches: Switches) -> tuple[str, str, list[str]]:
     """The checked answer, the raw one, and the ids of the answer checks that fired."""
     choices = offered_choice(question, switches)
-    calls = 0
-
-    def call(messages: list[dict]) -> str | None:
-        # The first call's invalid output fails the question as before; a redraw's keeps "".
-        nonlocal calls
-        calls += 1
-        try:
-            return writer.structured(messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS,
-                                     purpose=purpose, temperature=temperature).answer
-        except ModelOutputError:
-            if calls == 1:
-                raise
-            return None
-
-    drawn = draw_answer(call, question, evidence, _today(), choices, switches)
-    return drawn.answer, drawn.raw, (["answer-choice"] if choices else []) + [c for c, _ in drawn.fired]
+    messages = prompts.short_answer(question, evidence, _today(), choices)
+    out = writer.structured(messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
+                            temperature=temperature)
+    answer, fired = checked_answer(out.answer, evidence, question, switches)
+    return answer, out.answer, (["answer-choice"] if choices else []) + fired
 
 
 def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:

@@ -125,12 +125,6 @@ CHECKS: tuple[Check, ...] = (
           "Drops an answer fewer than half of whose content words are in the evidence it read "
           "(word forms forgiven).",
           "forms:answer_rests_on"),
-    Check("answer-redraw", "answer",
-          "Asks once more for a short answer (the question's, a sub-question's, every eval mode's) "
-          "that an answer check dropped for its form, for saying the question again or for not "
-          "resting on the evidence, telling the model the refused answer and why; the second answer "
-          "passes the same checks.",
-          "forms:refusal_reason"),
     Check("chain-rests", "answer",
           "Shows the final answer a sub-question's answer only when that answer rests on the "
           "verified evidence.",

@@ -72,27 +72,6 @@ def checked_answer(answer: str, evidence: str | None, question: str = "",
     return text, fired
 
 
-# What each answer check that a second draw can mend tells the model of the answer it dropped.
-# An answer that says there is none, or echoes a prompt's example, is not drawn again: asked
-# once more, a model that found nothing guesses.
-_ASKED_FORM_WORDS = {"date": "a date or year", "number": "a number", "entity": "a name"}
-
-
-def refusal_reason(check_id: str, answer: str, question: str) -> str:
-    """Why check ``check_id`` dropped the short answer ``answer`` to ``question``, as the
-    redraw prompt says it (check answer-redraw); "" when a second draw cannot mend that drop."""
-    if check_id == "answer-restates":
-        return "it only says the question again"
-    if check_id == "answer-rests":
-        return "the evidence does not say it"
-    if check_id == "answer-form":
-        if _YES_NO.match(answer.lower()):
-            return "the question does not ask for yes or no"
-        what = _ASKED_FORM_WORDS.get(asked_form(question))
-        return f"the question asks for {what}" if what else ""
-    return ""
-
-
 def short_answer_or_empty(answer: str, evidence: str | None, question: str = "",
                           switches: Switches = ALL_ON) -> str:
     """``checked_answer``'s answer alone: the answer, or "" when a check dropped it."""

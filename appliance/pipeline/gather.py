@@ -19,8 +19,7 @@ from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflecti
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, quotable_sentences, quote_context, source_passages
-from .answering import DrawnAnswer, draw_answer
-from .forms import compared, compared_query, echoes_example, offered_choice
+from .forms import checked_answer, compared, compared_query, echoes_example, offered_choice
 from .names import names_unsupported, off_subject
 from .text import grounded
 from .state import RunContext, ask
@@ -440,14 +439,10 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     choices = offered_choice(node.asked, run.checks.switches)
     if choices:
         run.checks.fired("answer-choice", on=f"answer of {node.id}", choices=choices)
-
-    def call(messages: list[dict]) -> str | None:
-        out = ask(run, run.models.writer, messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS,
-                  purpose="node-answer", temperature=run.settings.llm.answer_temperature)
-        return None if out is None else out.answer
-
-    drawn = draw_answer(call, question, evidence, run.ctx.today, choices, run.checks.switches, checked_as=node.asked)
-    node.answer = drawn_answer(run, drawn, on=f"answer of {node.id}")
+    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today, choices),
+              answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
+              temperature=run.settings.llm.answer_temperature)
+    node.answer = answer_checked(run, out.answer, evidence, node.asked, on=f"answer of {node.id}") if out else ""
     if not node.answer:
         node.gaps = dedupe_text(node.gaps + [node.asked])
 
@@ -467,11 +462,12 @@ def about(run: RunContext, focus: str, claims: list[Claim], texts: dict[str, str
         f"{c.source_title or ''}\n{quote_context(texts.get(c.source_url, ''), c.quote)}"), on=f"claim {c.id}")]
 
 
-def drawn_answer(run: RunContext, drawn: DrawnAnswer, on: str) -> str:
-    """A drawn short answer's checked answer, each answer check that fired on it counted."""
-    for check_id, raw in drawn.fired:
-        run.checks.fired(check_id, on=on, answer=" ".join(raw.split())[:200])
-    return drawn.answer
+def answer_checked(run: RunContext, answer: str, evidence: str | None, question: str, on: str) -> str:
+    """``forms.checked_answer`` under the run's switches, each check that fired counted."""
+    kept, fired = checked_answer(answer, evidence, question, run.checks.switches)
+    for check_id in fired:
+        run.checks.fired(check_id, on=on, answer=" ".join(answer.split())[:200])
+    return kept
 
 
 # Characters of its sources a node's answer reads at most (about 800 tokens).

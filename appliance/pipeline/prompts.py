@@ -218,17 +218,14 @@ def iterative_step(question: str, passages: str, searches: list[str], today: str
     return _msgs(system, user)
 
 
-def short_answer(question: str, passages: str | None, today: str, choices: list[str] | tuple[str, ...] = (),
-                 refused: tuple[str, str] | None = None) -> Messages:
+def short_answer(question: str, passages: str | None, today: str, choices: list[str] | tuple[str, ...] = ()) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and
     their quotes (the pipeline). One prompt for all three, so they are compared on equal terms.
 
     The form asked for is decided here, not left to the model: told "yes or no for a yes/no
     question", a small model answers "yes" to "Who was ...?". ``choices``: the two things a
-    question asks to choose between (``forms.offered_choice``), one of which is the answer.
-    ``refused``: a first answer an answer check dropped and why (check answer-redraw); said
-    after the question, so the second draw reuses the first one's evaluated prompt."""
+    question asks to choose between (``forms.offered_choice``), one of which is the answer."""
     form = _FORMS[asked_form(question)]
     kind = asked_kind(question)
     if kind and asked_form(question) in ("entity", "phrase"):
@@ -236,11 +233,7 @@ def short_answer(question: str, passages: str | None, today: str, choices: list[
     if choices:
         form = (f"The question asks which of two it is: answer with {choices[0]} or with {choices[1]}, "
                 "nothing else; unknown only when that cannot be told.")
-    again = ""
-    if refused:
-        answer, reason = refused
-        again = f'\nA first answer, "{answer}", was refused: {reason}. Answer again.'
     if passages is None:
-        return _msgs(f"{form} Today is {today}.", f"Question: {question}{again}")
+        return _msgs(f"{form} Today is {today}.", f"Question: {question}")
     system = f"{form} Use the evidence only, in its own words. Today is {today}."
-    return _msgs(system, f"{_data_block('EVIDENCE', passages)}\nQuestion: {question}{again}")
+    return _msgs(system, f"{_data_block('EVIDENCE', passages)}\nQuestion: {question}")

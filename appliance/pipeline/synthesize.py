@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Synthesis, answer_schema
 from . import prompts
-from .answering import draw_answer
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
 from .forms import answer_rests_on, compared, echoes_example, is_yes_no, offered_choice
-from .gather import dedupe_text, drawn_answer
+from .gather import answer_checked, dedupe_text
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
 from .state import RunContext, ask
@@ -98,19 +97,17 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     choices = offered_choice(run.ctx.question, run.checks.switches)
     if choices:
         run.checks.fired("answer-choice", on="answer", choices=choices)
-
-    def call(messages: list[dict]) -> str | None:
-        out = ask(run, run.models.writer, messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS,
-                  purpose="answer", temperature=run.settings.llm.answer_temperature)
-        return None if out is None else out.answer
-
-    drawn = draw_answer(call, run.ctx.question, evidence, run.ctx.today, choices, run.checks.switches)
-    answer = drawn_answer(run, drawn, on="answer")
+    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, choices)
+    out = ask(run, run.models.writer, messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS,
+              purpose="answer", temperature=run.settings.llm.answer_temperature)
+    if out is None:
+        return ""
+    answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
     items = compared(run.ctx.question)
     if answer and is_yes_no(run.ctx.question) and run.checks.applies(
             "answer-both-sides", lambda: not both_sides(confirmed, items), on="answer", answer=answer):
         answer = ""
-    if not answer and drawn.raw.strip():
+    if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
 

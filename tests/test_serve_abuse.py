@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import httpx
 import pytest
@@ -67,6 +68,32 @@ def test_bad_bodies(server):
                                                                         "model": "gpt-9"}), 400)
         one_line_error(client.get("/api/runs?status=exploded"), 400)
         one_line_error(client.get("/api/corpora/nope/search?q=lake"), 404)
+
+
+def _get_on(sock: socket.socket, path: str) -> str:
+    host, port = sock.getpeername()[:2]
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return ""  # the server closed the connection
+        head += chunk
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    body = head.split(b"\r\n\r\n", 1)[1]
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head.decode("latin-1").split("\r\n", 1)[0]
+
+
+def test_an_idle_keep_alive_connection_outlives_a_clients_own_expiry(server):
+    """A connection idle past httpx's 5 s keep-alive (which uvicorn shares by default) still
+    answers: the server keeps it longer than a client does, so no client reuses one the server
+    is closing."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        assert _get_on(sock, "/api/runs?limit=1") == "HTTP/1.1 200 OK"
+        time.sleep(6.5)
+        assert _get_on(sock, "/api/runs?limit=1") == "HTTP/1.1 200 OK"
 
 
 def test_hundred_megabyte_body(server):

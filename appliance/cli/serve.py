@@ -12,6 +12,12 @@ from .common import app
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
+# How long an idle keep-alive connection stays open. Longer than clients keep theirs (httpx 5 s,
+# as uvicorn's own default): when the server closed first, a client that reused the connection
+# at that moment got it closed under its request.
+KEEP_ALIVE_SECONDS = 30
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but loopback requires a token (given or generated).")
@@ -52,7 +58,7 @@ def serve(host, port, token, workers, max_queued):
     serve_behind_runs()
     config = ServeConfig(queue=queue, config_file=ctx.config_file, token=token)
     server = uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=port, log_level="warning",
-                                           access_log=False, lifespan="off"))
+                                           access_log=False, lifespan="off", timeout_keep_alive=KEEP_ALIVE_SECONDS))
     click.echo(f"serving on http://{host}:{port}/api (state folder {settings.home})", err=True)
     try:
         server.run()

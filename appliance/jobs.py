@@ -155,6 +155,7 @@ class JobQueue:
         self.path = Path(path)
         self.max_queued = max_queued
         self._lock = threading.Lock()
+        self._local = threading.local()  # each thread's reading connection
         with self._conn() as conn:
             conn.executescript(_SCHEMA)
 
@@ -170,6 +171,26 @@ class JobQueue:
             raise StateError(f"job queue {self.path} cannot be used: {exc}",
                              hint="set APPLIANCE_HOME to a writable folder") from None
         return conn
+
+    def _read(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``work`` in one read transaction on this thread's own connection, kept open. Reads
+        take no lock: in WAL mode they never wait for the worker's writes nor hold them up, so
+        a server answering many status requests does not slow the run it reports on."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._conn()
+            conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("BEGIN")
+            try:
+                return work(conn)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._local.conn = None
+            conn.close()
+            raise StateError(f"job queue {self.path} cannot be used: {exc}",
+                             hint="set APPLIANCE_HOME to a writable folder with free space") from None
 
     def _tx(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         with self._lock, closing(self._conn()) as conn:
@@ -220,7 +241,7 @@ class JobQueue:
     def get(self, job_id: str) -> Job | None:
         if not valid_job_id(job_id):
             return None
-        jobs = self._tx(lambda c: self._select(c, "SELECT * FROM jobs WHERE id = ?", (job_id,)))
+        jobs = self._read(lambda c: self._select(c, "SELECT * FROM jobs WHERE id = ?", (job_id,)))
         return jobs[0] if jobs else None
 
     def list_jobs(self, *, status: str | None = None, text: str | None = None, limit: int = 100) -> list[Job]:
@@ -234,10 +255,10 @@ class JobQueue:
             where.append("question LIKE ? ESCAPE '\\'")
             args.append(f"%{escaped}%")
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq DESC LIMIT ?"
-        return self._tx(lambda c: self._select(c, sql, (*args, limit)))
+        return self._read(lambda c: self._select(c, sql, (*args, limit)))
 
     def counts(self) -> dict[str, int]:
-        rows = self._tx(lambda c: c.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+        rows = self._read(lambda c: c.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
         return {status: dict(rows).get(status, 0) for status in STATUSES}
 
     # -- the worker's side
@@ -285,7 +306,7 @@ class JobQueue:
             (status, run_status, error, json.dumps(stats or {}, default=str), report, time.time(), job_id)))
 
     def cancel_requested(self, job_id: str) -> bool:
-        row = self._tx(lambda c: c.execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        row = self._read(lambda c: c.execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone())
         return bool(row and row[0])
 
     # -- cancel and delete

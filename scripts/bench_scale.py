@@ -107,7 +107,9 @@ def main() -> None:
     parser.add_argument("--only", action="append", help="run only this mode (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
-    for key in [k for k in os.environ if k.startswith("APPLIANCE_")]:
+    # A fresh state for every mode; a pinned date (APPLIANCE_TODAY) stays, so two runs of this
+    # script on different days ask the model the same prompts.
+    for key in [k for k in os.environ if k.startswith("APPLIANCE_") and k != "APPLIANCE_TODAY"]:
         del os.environ[key]
 
     from appliance.sources.corpus import Corpus

@@ -206,6 +206,22 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
         assert all(r["model_calls"] == 0 for r in rows if label == "all-on" or r["mode"] == "rag"), rows
 
 
+def test_a_run_with_checks_off_keeps_its_reports_apart_in_one_out_folder(tmp_path):
+    from appliance.config import load_settings
+    from appliance.evaluation.runner import Dataset, EvalRun
+
+    dataset = Dataset(name="mini", corpus_path=tmp_path / "corpus.jsonl", questions=[])
+
+    def reports(disabled):
+        settings = load_settings(env={"APPLIANCE_HOME": str(tmp_path / "home")},
+                                 overrides={"checks.disabled": disabled})
+        return EvalRun(settings, dataset, tmp_path / "out", models=None, fetcher=None, embedder=None,
+                       backend=None).reports_dir
+
+    assert reports([]) == tmp_path / "out" / "reports"
+    assert reports(["page-gate", "answer-part"]) == tmp_path / "out" / "reports" / "without-answer-part+page-gate"
+
+
 def test_an_ablation_skips_only_a_check_known_to_have_fired_on_nothing():
     from appliance.evaluation.ablation import never_fired
 

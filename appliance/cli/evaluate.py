@@ -32,7 +32,8 @@ from .research import run_settings
               help="SearXNG to search with --backend searxng (default: searxng.url).")
 @click.option("--without", "without", multiple=True, metavar="CHECK",
               help="Switch this check off in every mode (repeat for several; `appliance checks` lists them). "
-                   "The answers go to a folder of their own; calls whose prompts did not change replay.")
+                   "The answers go to a folder of their own (with --out: rows of their own, reports under "
+                   "reports/without-CHECK); calls whose prompts did not change replay.")
 def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, force, no_cache, backend, searxng_url,
              without):
     """Answer DATASET_DIR's questions in each mode and score them.

@@ -120,6 +120,13 @@ class EvalRun:
         if force and self.results_path.exists():
             self.results_path.unlink()
 
+    @property
+    def reports_dir(self) -> Path:
+        """Where the pipeline's reports go: ``reports/``, or ``reports/without-<checks>/`` with
+        checks switched off, so runs of one --out with and without a check keep both reports."""
+        disabled = sorted(self.settings.checks.disabled)
+        return self.out_dir / "reports" / ("without-" + "+".join(disabled) if disabled else "")
+
     def _key(self, qid: str, mode: str, row: dict | None = None) -> str:
         """What an answer is resumed by: question, mode, profile, model and the checks switched
         off (a row's own, when ``row`` is given)."""
@@ -203,7 +210,7 @@ class EvalRun:
         from ..pipeline.run import research
 
         result = research(item["question"], self.settings, models=self.models, backend=self.backend,
-                          fetcher=self.fetcher, embedder=self.embedder, out_dir=self.out_dir / "reports")
+                          fetcher=self.fetcher, embedder=self.embedder, out_dir=self.reports_dir)
         report = result.report
         cited = [passage_id(s["url"]) for s in report.get("sources", [])]
         faithful = quote_faithfulness(report, lambda url: self.fetcher.fetch(url).text)

@@ -24,11 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.jobs import JobQueue, JobRequest  # noqa: E402
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+from bench_serve import percentile  # noqa: E402 - this script's folder is on the path
 
 
 def worker_side(path: str, job_id: str, seconds: float, out) -> None:

@@ -5,6 +5,8 @@ queue bound, and cancel stopping a run at its next model call with a `cancelled`
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -34,6 +36,27 @@ def test_order_claims_and_recovery(tmp_path):
     assert queue.recover() == ids
     assert [queue.claim_next().id for _ in range(4)] == [*ids, third.id]
     assert [queue.get(i).attempts for i in ids] == [2, 2, 2]
+
+
+def test_reads_neither_wait_for_a_writer_nor_see_its_uncommitted_change(tmp_path):
+    """A worker (another connection) in the middle of a write: a status read, the history,
+    the counts and a cancel check answer at once, from the last committed state."""
+    queue = JobQueue(tmp_path / "jobs.sqlite")
+    job = queue.submit(JobRequest("Who named the lake?").checked())
+    writer = sqlite3.connect(tmp_path / "jobs.sqlite", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE jobs SET phase = 'gather', cancel = 1 WHERE id = ?", (job.id,))
+    try:
+        start = time.monotonic()
+        assert queue.get(job.id).phase == job.phase
+        assert [j.id for j in queue.list_jobs()] == [job.id]
+        assert queue.counts()["queued"] == 1
+        assert queue.cancel_requested(job.id) is False
+        assert time.monotonic() - start < 2  # a read behind the write lock waits up to 30 s
+    finally:
+        writer.execute("COMMIT")
+        writer.close()
+    assert queue.get(job.id).phase == "gather" and queue.cancel_requested(job.id) is True
 
 
 def test_cancel_queued_and_running(tmp_path):

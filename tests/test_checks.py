@@ -385,3 +385,80 @@ def test_ablating_an_unknown_or_unswitchable_check_is_refused_before_any_work(tm
         result = CliRunner().invoke(main, ["ablate", str(demo), "--check", check_id, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and words in result.output, result.output
         assert "indexing" not in result.output and not (tmp_path / "home" / "lancedb").exists()
+
+
+# ------------------------------------------------------------------ question-subject (scripted run)
+
+# A question that names nothing of its own, and a plan gone astray: its one sub-question finds
+# some town of another coast ("Kessel"), so the research's names are that town's alone. The
+# question's own node reads the page that answers it, which names other things.
+NAMELESS = "Which river runs past the town with the oldest lighthouse on the coast?"
+NAMED = "Which river runs past the town with the oldest lighthouse in Ruritania?"
+LIGHTHOUSE_PAGES = {
+    "http://a.test/kessel": "Kessel is a market town with a busy harbour and a fish auction.",
+    "http://b.test/ardmore": "The oldest lighthouse on the coast stands in Ardmore. "
+                             "The Velka River runs past Ardmore into the sea.",
+}
+
+
+def _lighthouse_run(tmp_path, question: str, disabled=()):
+    def extract(messages, seed):
+        text = messages[-1]["content"]
+        if "Velka River runs past" in text:
+            return Extraction(source_quality="secondary", claims=[
+                {"claim": "The Velka River runs past Ardmore into the sea.",
+                 "quote": "The Velka River runs past Ardmore into the sea", "importance": "central"}])
+        if "Kessel is a market town" in text:
+            return Extraction(source_quality="secondary", claims=[
+                {"claim": "Kessel is a market town with a busy harbour and a fish auction.",
+                 "quote": "Kessel is a market town with a busy harbour and a fish auction", "importance": "central"}])
+        return Extraction(source_quality="blog", claims=[])
+
+    script = {
+        "plan": lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Which town is it?"),
+                                                   PlanNode(id="q2", question="Which river runs past #1?",
+                                                            depends_on=["q1"])]),
+        "extract": extract,
+        "node-answer": lambda m, s: ShortAnswer(answer="Kessel"),
+        "answer": lambda m, s: ShortAnswer(answer="Velka River"),
+        "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
+        "next-search": lambda m, s: IterativeStep(known="", next_search=""),
+        "synthesize": lambda m, s: ReportDraft(answer="", executive_summary="", findings=[], open_questions=[]),
+    }
+    hits = {query: [Hit(url=url, title=url.rsplit("/", 1)[1].title(), rank=1)]
+            for query, url in [("Which town is it?", "http://a.test/kessel"), (question, "http://b.test/ardmore")]}
+    settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")}, overrides={
+        "pipeline.quote_sentences": False, "pipeline.plan_draws": 1, "pipeline.gap_questions": 0,
+        "pipeline.relevance_threshold": 0, "checks.disabled": list(disabled)})
+    engine = FakeEngine(script)
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    return research(question, settings, models=models, backend=FakeBackend(hits),
+                    fetcher=FakeFetcher(LIGHTHOUSE_PAGES), embedder=get_embedder(settings), out_dir=tmp_path / "reports")
+
+
+def _verified_texts(result) -> set[str]:
+    return {c["text"] for c in result.report["claims"] if (c.get("verdict") or {}).get("confirmed")}
+
+
+def test_question_subject_keeps_what_the_question_node_read_when_the_question_names_nothing(tmp_path):
+    river = "The Velka River runs past Ardmore into the sea."
+    kept = _lighthouse_run(tmp_path / "on", NAMELESS)
+    assert kept.report["stats"]["checks"].get("question-subject", 0) >= 1
+    assert river in _verified_texts(kept)
+    assert kept.report["short_answer"] == "Velka River"
+    cited = {c["text"] for c in kept.report["claims"] if c["id"] in kept.report["answer_claims"]}
+    assert river in cited
+    # Off, the plan's one name (Kessel) decides the subject: the answering claim is off subject.
+    off = _lighthouse_run(tmp_path / "off", NAMELESS, disabled=["question-subject"])
+    assert "question-subject" not in off.report["stats"]["checks"]
+    assert river not in _verified_texts(off)
+    assert off.report["stats"]["checks"].get("verify-off-subject", 0) >= 1
+
+
+def test_question_subject_does_not_fire_when_the_question_names_something(tmp_path):
+    from appliance.pipeline.names import names_nothing
+
+    assert names_nothing(NAMELESS) and not names_nothing(NAMED)
+    result = _lighthouse_run(tmp_path, NAMED)
+    assert "question-subject" not in result.report["stats"]["checks"]
+    assert "The Velka River runs past Ardmore into the sea." not in _verified_texts(result)

@@ -88,6 +88,11 @@ CHECKS: tuple[Check, ...] = (
           "Neither verifies nor answers with a claim about other named things than the question, "
           "its sub-questions and the answers later steps build on.",
           "names:off_subject", ("pipeline.name_check",)),
+    Check("question-subject", "verify",
+          "Keeps on subject a claim read for the question as asked when the question itself names "
+          "nothing, whatever the plan's sub-questions and answers name: a plan gone astray costs "
+          "only its own nodes.",
+          "names:names_nothing"),
     Check("verbatim-confirmed", "verify",
           "Confirms without votes a claim that is word for word a sentence it quotes.",
           "verify:is_verbatim", ("pipeline.vote_verbatim",)),

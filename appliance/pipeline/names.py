@@ -86,6 +86,16 @@ def off_subject(claim: str, chain: str, around: str = "") -> bool:
     return True
 
 
+def names_nothing(question: str) -> bool:
+    """Check question-subject decides on this: whether the question names nothing (no
+    capitalised word but its first): "Which river runs past the town with the oldest
+    lighthouse?" Such a question gives no names of its own for a claim to be about, so the
+    names a plan's sub-questions and answers bring decide its subject alone, and a plan gone
+    astray ("Which town is it?" answered with some town) would put every claim read for the
+    question itself off subject."""
+    return not names(question)
+
+
 def _leading_names(text: str) -> dict[str, set[str]]:
     """Words of ``text`` that stand only before another name, as a given name does ("marta"
     in "Marta Olsen"), each with the last words of the names it leads ({"olsen"}); not when

@@ -25,7 +25,7 @@ from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
 from .forms import answer_rests_on, compared
-from .names import names, off_subject
+from .names import names, names_nothing, off_subject
 from .plan import plan_research, repair_checks, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, short_answer, synthesize
@@ -170,7 +170,8 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
                                                 claim_contexts(run, confirmed),
                                                 asked if run.settings.pipeline.name_check else None,
-                                                run.checks.switches, compared(run.ctx.question))
+                                                run.checks.switches, compared(run.ctx.question),
+                                                question_read(run, data.nodes))
     with _phase(run, "synthesize"):
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)
@@ -280,10 +281,29 @@ def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[Node
     chain = "\n".join([run.ctx.question] + [
         f"{n.asked}\n{n.answer if n.id in built_on or n.from_gap_round else ''}" for n in nodes])
     around = claim_contexts(run, kept)
-    on_subject = [c for c in kept if not run.checks.applies(
-        "verify-off-subject", lambda: off_subject(claim_text(c), chain, around.get(c.id, "")), on=f"claim {c.id}")]
+    for_question = question_read(run, nodes)
+
+    def off(claim: MergedClaim) -> bool:
+        if not off_subject(claim_text(claim), chain, around.get(claim.id, "")):
+            return False
+        if for_question & set(claim.node_ids):
+            run.checks.fired("question-subject", on=f"claim {claim.id}")
+            return False
+        return True
+
+    on_subject = [c for c in kept if not run.checks.applies("verify-off-subject", lambda: off(c), on=f"claim {c.id}")]
     run.stats.add(claims_off_subject=len(kept) - len(on_subject))
     return on_subject
+
+
+def question_read(run: RunContext, nodes: list[NodeState]) -> set[str]:
+    """The ids of the nodes that read the question as asked, when check question-subject keeps
+    their claims on subject (the question names nothing of its own, ``names.names_nothing``);
+    else none."""
+    ids = {n.id for n in nodes if n.whole_question}
+    if ids and run.checks.on("question-subject") and names_nothing(run.ctx.question):
+        return ids
+    return set()
 
 
 def claim_text(claim: MergedClaim) -> str:

@@ -141,7 +141,8 @@ ANSWER_CITES_PER_STEP = 2
 
 def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str,
                    around: dict[str, str] | None = None, asked: str | None = None,
-                   switches: Switches = ALL_ON, items: list[str] | None = None) -> list[str]:
+                   switches: Switches = ALL_ON, items: list[str] | None = None,
+                   for_question: set[str] | None = None) -> list[str]:
     """The confirmed claims the direct answer rests on, best-ranked first: for each answered
     sub-question, its claims whose text or quotes carry its answer (any of its claims when the
     answer is yes or no), then the claims that carry the final answer. A multi-hop answer so
@@ -152,10 +153,13 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
     (``names.off_subject``): carrying the answer's word is not enough ("Jon Marta Lindqvist
     was a Ruritanian sailor" beside "Ruritania" for the country of the painter Marta Olsen).
     With ``items`` (the things the question compares), a yes or no cites first a verified
-    claim about each of them."""
+    claim about each of them. The claims of the nodes in ``for_question`` (those that read the
+    question as asked, when check question-subject keeps them on subject) are not held to
+    ``asked``."""
     around = around or {}
+    for_question = for_question or set()
     if asked is not None and switches.on("answer-cites-on-subject"):
-        confirmed = [c for c in confirmed if not off_subject(
+        confirmed = [c for c in confirmed if for_question & set(c.node_ids) or not off_subject(
             " ".join([c.text] + [q.quote for q in c.quotes]), asked, around.get(c.id, ""))]
 
     def carrying(pool: list[MergedClaim], step_answer: str) -> list[MergedClaim]:

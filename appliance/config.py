@@ -127,6 +127,7 @@ class PipelineSettings(_Section):
     iterations: Count
     sources_per_node: Count
     question_sources: Zeroable
+    question_searches: Count
     compared_sources: Zeroable
     claims_per_source: Count
     source_chars: Annotated[int, Field(ge=100)]

@@ -1559,3 +1559,82 @@ def test_the_question_node_reads_what_the_plan_left_and_its_claims_are_verified(
     assert any("born in Lisbon" in c["text"] and c["verdict"] and c["verdict"]["confirmed"] for c in mine)
     assert answered and not any(a.startswith(question) for a in answered)
     assert not whole[0]["answer"] and whole[0]["findings"]
+
+
+BRIDGE_QUESTION = "Who founded the firm that built the Velka Bridge?"
+BRIDGE_PAGES = {
+    "http://e.test/designer": "The Velka Bridge was designed by Tomas Kell, an engineer from Ardmore.",
+    "http://e.test/bridge": "The Velka Bridge opened in 1901. It was built by Brandt and Sons.",
+    "http://e.test/firm": "Brandt and Sons was founded by Ida Brandt in 1870 in Port Ardmore.",
+}
+
+
+def _bridge_run(tmp_path, settings, step):
+    """A plan that misses the hop (it asks who designed the bridge); the question's own node
+    reads that Brandt and Sons built it, and its step names the search for the firm's founder."""
+    def extract(messages, seed):
+        text = messages[-1]["content"]
+        for quote in ("The Velka Bridge was designed by Tomas Kell", "It was built by Brandt and Sons",
+                      "Brandt and Sons was founded by Ida Brandt in 1870 in Port Ardmore"):
+            if quote in text:
+                claim = ("The Velka Bridge was built by Brandt and Sons." if quote.startswith("It was")
+                         else quote + ".")
+                return Extraction(source_quality="primary", claims=[
+                    {"claim": claim, "quote": quote, "importance": "central"}])
+        return Extraction(source_quality="blog", claims=[])
+
+    hits = {"Who designed the Velka Bridge?": [Hit(url="http://e.test/designer", title="Tomas Kell", rank=1)],
+            "When did the Velka Bridge open?": [],
+            BRIDGE_QUESTION: [Hit(url="http://e.test/bridge", title="Velka Bridge", rank=1)],
+            "Brandt and Sons founder": [Hit(url="http://e.test/firm", title="Brandt and Sons", rank=1)]}
+    engine = FakeEngine(script(
+        plan=lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Who designed the Velka Bridge?"),
+                                                PlanNode(id="q2", question="When did the Velka Bridge open?")]),
+        extract=extract, **{"node-answer": lambda m, s: ShortAnswer(answer="Tomas Kell"),
+                            "answer": lambda m, s: ShortAnswer(answer="Ida Brandt"), "next-search": step}))
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    backend = FakeBackend(hits)
+    result = research(BRIDGE_QUESTION, settings, models=models, backend=backend,
+                      fetcher=FakeFetcher(BRIDGE_PAGES), embedder=get_embedder(settings), out_dir=tmp_path / "reports")
+    return result, backend, engine
+
+
+def _founder_step(messages, seed):
+    passages = messages[-1]["content"]
+    if "Ida Brandt" in passages:
+        return IterativeStep(known="Ida Brandt founded Brandt and Sons.", next_search="")
+    if "Brandt and Sons" in passages:
+        return IterativeStep(known="Brandt and Sons built the bridge.", next_search="Brandt and Sons founder")
+    return IterativeStep(known="", next_search="")
+
+
+def test_the_question_node_searches_again_with_what_it_read(flow_settings, tmp_path):
+    settings = flow_settings.with_overrides({"pipeline.question_sources": 1, "pipeline.question_searches": 3,
+                                             "pipeline.gap_questions": 0})
+    result, backend, engine = _bridge_run(tmp_path, settings, _founder_step)
+    assert backend.queries.count("Brandt and Sons founder") == 1
+    whole = next(n for n in result.report["plan"]["nodes"] if n["whole_question"])
+    assert whole["queries"] == [BRIDGE_QUESTION, "Brandt and Sons founder"]
+    # Two steps: the first names the search, the second (having read the founder) names none.
+    assert [p for p, _ in engine.calls].count("next-search") == 2
+    founded = next(c for c in result.report["claims"] if c["text"].startswith("Brandt and Sons was founded"))
+    # The hop's claim is about what the step named, so it is on subject, verified and cited.
+    assert whole["id"] in founded["node_ids"] and founded["verdict"]["confirmed"]
+    assert result.report["short_answer"] == "Ida Brandt"
+    assert founded["id"] in result.report["answer_claims"]
+
+
+@pytest.mark.parametrize("searches,step,expected_steps", [
+    (1, _founder_step, 0),                                                                # one search: no step
+    (3, lambda m, s: IterativeStep(known="", next_search=BRIDGE_QUESTION.lower()), 1),   # a search made before
+    (3, lambda m, s: IterativeStep(known="", next_search=""), 1),                        # nothing missing
+    (3, fail("next-search"), 1),                                                         # no valid step
+])
+def test_the_question_node_stops_searching(flow_settings, tmp_path, searches, step, expected_steps):
+    settings = flow_settings.with_overrides({"pipeline.question_sources": 1, "pipeline.question_searches": searches,
+                                             "pipeline.gap_questions": 0})
+    result, backend, engine = _bridge_run(tmp_path, settings, step)
+    assert [p for p, _ in engine.calls].count("next-search") == expected_steps
+    assert "Brandt and Sons founder" not in backend.queries
+    assert result.status.value == "complete"
+    assert not any(c["text"].startswith("Brandt and Sons was founded") for c in result.report["claims"])

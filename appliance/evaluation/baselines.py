@@ -22,11 +22,12 @@ from .. import questions
 from ..contracts import IterativeStep, Source, answer_schema
 from ..errors import ModelOutputError
 from ..pipeline import prompts
+from ..pipeline.anchor import PASSAGE_CHARS, passages_text
 from ..pipeline.checks import ALL_ON, Switches
 from ..pipeline.forms import checked_answer, offered_choice
 
 RAG_PASSAGES = 5
-RAG_PASSAGE_CHARS = 700
+RAG_PASSAGE_CHARS = PASSAGE_CHARS
 ITERATIVE_ROUNDS = 3
 
 
@@ -39,12 +40,6 @@ class BaselineAnswer:
     cited_urls: list[str] = field(default_factory=list)
     searches: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)  # the answer checks that fired on it
-
-
-def passages_text(sources: list[Source]) -> str:
-    """The passages a baseline reads, numbered, each cut to ``RAG_PASSAGE_CHARS``."""
-    return "\n\n".join(f"[{i}] {s.title}: {s.text[:RAG_PASSAGE_CHARS]}"
-                       for i, s in enumerate(sources, start=1))
 
 
 def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float,

@@ -210,3 +210,13 @@ def source_passages(quotes: dict[str, list[str]], texts: dict[str, str], total: 
         out.append((url, passage))
     return out
 
+
+# Characters of each passage a reading step shows (the iterative baseline's and the question
+# node's next-search step alike).
+PASSAGE_CHARS = 700
+
+
+def passages_text(sources, chars: int = PASSAGE_CHARS) -> str:
+    """Passages (anything with a ``title`` and a ``text``) numbered from 1, each as its title
+    and its first ``chars`` characters: what a step of retrieve-read-retrieve reads."""
+    return "\n\n".join(f"[{i}] {s.title}: {s.text[:chars]}" for i, s in enumerate(sources, start=1))

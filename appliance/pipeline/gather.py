@@ -14,11 +14,11 @@ import re
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from ..contracts import (Claim, Extraction, Hit, Importance, NodeState, Reflection, SearchQueries,
-                         Source, answer_schema, bounded, quoting_extraction)
+from ..contracts import (Claim, Extraction, Hit, Importance, IterativeStep, NodeState, Reflection,
+                         SearchQueries, Source, answer_schema, bounded, quoting_extraction)
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
-from .anchor import find_quote, quotable_sentences, quote_context, source_passages
+from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
 from .forms import checked_answer, compared, compared_query, echoes_example, offered_choice
 from .names import names_unsupported, off_subject
 from .text import grounded
@@ -69,7 +69,7 @@ class Turnstile:
 def gather(run: RunContext, nodes: list[NodeState], effort: int) -> list[Claim]:
     """Research every node (parents first, pipelined) and return all accepted claims in a fixed order."""
     iterations = max(1, run.settings.pipeline.iterations)
-    turnstile = Turnstile([(n.id, it) for n in nodes for it in range(iterations)])
+    turnstile = Turnstile([(n.id, it) for n in nodes for it in range(rounds_of(run, n, iterations))])
     claims: dict[str, list[Claim]] = {n.id: [] for n in nodes}
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_NODES, max(1, len(nodes))),
                             thread_name_prefix="node") as pool:
@@ -126,6 +126,15 @@ def _drive(run: RunContext, nodes: list[NodeState], effort: int, iterations: int
             run.progress.on_node(node_id, node.question, node.status)
 
 
+def rounds_of(run: RunContext, node: NodeState, iterations: int) -> int:
+    """How many searches a node may make: the question's own node up to ``question_searches``
+    (each after the first named by a reading step), a compared thing's node one, every other
+    node ``iterations``."""
+    if node.whole_question:
+        return max(1, run.settings.pipeline.question_searches)
+    return 1 if node.reads_only else iterations
+
+
 def earlier_text(parents: list[NodeState]) -> str:
     """What a node's parents found, for its prompts: each sub-question with its short answer,
     then its findings. Multi-hop questions need the answer itself ("the association that
@@ -171,10 +180,14 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
     node_claims: list[Claim] = []
     queries = _first_queries(run, node, parents, parent_text, effort)
     source_index = 0
-    for iteration in range(iterations):
+    read: list[Source] = []
+    rounds = rounds_of(run, node, iterations)
+    for iteration in range(rounds):
         node.queries.extend(queries)
         hits = _search(run, queries)
-        focus = query_with_answers(node, parents)
+        # A later search of the question's own node is what its pages must come near: the
+        # hop it names ("Brandt and Sons founder") may share no words with the question.
+        focus = queries[0] if iteration and node.whole_question else query_with_answers(node, parents)
         turnstile.wait((node.id, iteration))
         try:
             admitted = _admit(run, hits, settings.question_sources if node.whole_question
@@ -192,9 +205,12 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
             source_index += 1
             if bears:
                 node_claims.extend(_read_source(run, node, parent_text, source, source_index, focus))
-        if iteration + 1 >= iterations or node.reads_only:
+                if source.ok and source.text.strip():
+                    read.append(source)
+        if iteration + 1 >= rounds:
+            # The turnstile keys of the rounds not run are released with the node.
             break
-        queries = _reflect(run, node, node_claims, effort)
+        queries = _next_search(run, node, read) if node.whole_question else _reflect(run, node, node_claims, effort)
         if not queries:
             break
     _conclude(run, node, node_claims, parent_text, query_with_answers(node, parents))
@@ -392,6 +408,25 @@ def _nearness(run: RunContext, focus: str, texts: list[str]):
     asks = list(dict.fromkeys([focus, run.ctx.question, *run.questions]))
     vectors = run.embedder.encode(asks + texts)
     return (vectors[len(asks):] @ vectors[:len(asks)].T).max(axis=1)
+
+
+def _next_search(run: RunContext, node: NodeState, read: list[Source]) -> list[str]:
+    """The question's own node searches again with what it read (retrieve, read, retrieve
+    again): one step reads its pages so far, says what they establish and names the one
+    search still missing ("Brandt and Sons founder" once a page named the builder of the
+    bridge the question asks about), or none when they answer the question. A search already
+    made, or one copying the prompt's example, ends the node's searching."""
+    messages = prompts.iterative_step(run.ctx.question, passages_text(read) or "nothing found yet",
+                                      node.queries, run.ctx.today)
+    step = ask(run, run.models.planner, messages, IterativeStep, max_tokens=prompts.ITERATIVE_STEP_TOKENS,
+               purpose="next-search")
+    search = " ".join(step.next_search.split())[:150] if step is not None else ""
+    if not search or search.lower() in {q.lower() for q in node.queries}:
+        return []
+    if run.checks.applies("example-echo", lambda: echoes_example(search, run.ctx.question, passages_text(read)),
+                          on=f"next search {search!r}", node=node.id):
+        return []
+    return [search]
 
 
 def _claims_text(claims: list[Claim], limit: int = 12) -> str:

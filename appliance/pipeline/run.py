@@ -165,7 +165,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         if data.short_answer:
             # The research without the final answer's own words: what a claim cited beside
             # the answer must be about, beyond carrying the answer.
-            asked = "\n".join([run.ctx.question] + [n.asked for n in data.nodes] + [
+            asked = "\n".join([run.ctx.question] + [n.asked for n in data.nodes] + steps_named(data.nodes) + [
                 n.answer for n in data.nodes if n.answer and not answer_rests_on(data.short_answer, n.answer)])
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
                                                 claim_contexts(run, confirmed),
@@ -279,7 +279,8 @@ def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[Node
     # off subject. Answers that later steps build on, and the gap round's, count.
     built_on = {d for n in nodes for d in n.depends_on}
     chain = "\n".join([run.ctx.question] + [
-        f"{n.asked}\n{n.answer if n.id in built_on or n.from_gap_round else ''}" for n in nodes])
+        f"{n.asked}\n{n.answer if n.id in built_on or n.from_gap_round else ''}" for n in nodes]
+        + steps_named(nodes))
     around = claim_contexts(run, kept)
     for_question = question_read(run, nodes)
 
@@ -294,6 +295,12 @@ def relevant_claims(run: RunContext, ranked: list[MergedClaim], nodes: list[Node
     on_subject = [c for c in kept if not run.checks.applies("verify-off-subject", lambda: off(c), on=f"claim {c.id}")]
     run.stats.add(claims_off_subject=len(kept) - len(on_subject))
     return on_subject
+
+
+def steps_named(nodes: list[NodeState]) -> list[str]:
+    """The searches the question's own node named after reading (its first is the question):
+    what they name is the research's too, as a sub-question's words are."""
+    return [q for n in nodes if n.whole_question for q in n.queries[1:]]
 
 
 def question_read(run: RunContext, nodes: list[NodeState]) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from appliance.contracts import Hit, Source
+from appliance.contracts import Extraction, Hit, Source
 from pydantic import ValidationError
 
 from appliance.errors import ModelOutputError
@@ -83,3 +83,19 @@ class FakeFetcher:
         if url not in self.pages:
             return Source(url=url, ok=False, error="not found")
         return Source(url=url, title=url.rsplit("/", 1)[-1], text=self.pages[url])
+
+
+def quoting_extract(quotes: list[str], claims: dict[str, str] | None = None) -> Callable:
+    """An extraction script: for the first of ``quotes`` the page holds, one central claim
+    quoting it (worded ``claims[quote]``, else as the quote itself); no claim from other pages."""
+    claims = claims or {}
+
+    def extract(messages, seed):
+        text = messages[-1]["content"]  # the page last: earlier findings come before it
+        for quote in quotes:
+            if quote in text:
+                return Extraction(source_quality="secondary", claims=[
+                    {"claim": claims.get(quote, quote + "."), "quote": quote, "importance": "central"}])
+        return Extraction(source_quality="blog", claims=[])
+
+    return extract

@@ -29,7 +29,7 @@ from appliance.pipeline.run import research
 from appliance.pipeline.text import grounded
 from appliance.pipeline.verify import is_verbatim
 
-from fakes import FakeBackend, FakeEngine, FakeFetcher
+from fakes import FakeBackend, FakeEngine, FakeFetcher, quoting_extract
 
 PIPELINE = Path(importlib.import_module("appliance.pipeline").__file__).parent
 
@@ -402,18 +402,8 @@ LIGHTHOUSE_PAGES = {
 
 
 def _lighthouse_run(tmp_path, question: str, disabled=()):
-    def extract(messages, seed):
-        text = messages[-1]["content"]
-        if "Velka River runs past" in text:
-            return Extraction(source_quality="secondary", claims=[
-                {"claim": "The Velka River runs past Ardmore into the sea.",
-                 "quote": "The Velka River runs past Ardmore into the sea", "importance": "central"}])
-        if "Kessel is a market town" in text:
-            return Extraction(source_quality="secondary", claims=[
-                {"claim": "Kessel is a market town with a busy harbour and a fish auction.",
-                 "quote": "Kessel is a market town with a busy harbour and a fish auction", "importance": "central"}])
-        return Extraction(source_quality="blog", claims=[])
-
+    extract = quoting_extract(["The Velka River runs past Ardmore into the sea",
+                               "Kessel is a market town with a busy harbour and a fish auction"])
     script = {
         "plan": lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Which town is it?"),
                                                    PlanNode(id="q2", question="Which river runs past #1?",

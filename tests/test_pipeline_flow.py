@@ -22,7 +22,7 @@ from appliance.questions import clean_question, slugify
 from appliance.pipeline.verify import VoteRule, tally
 from appliance.errors import UsageError
 
-from fakes import FakeBackend, FakeEngine, FakeFetcher, fail
+from fakes import FakeBackend, FakeEngine, FakeFetcher, fail, quoting_extract
 
 PAGES = {
     "http://a.test/one": "Alpha Corp was founded in 1901 by Jane Roe in Springfield. It makes pumps.",
@@ -1572,16 +1572,9 @@ BRIDGE_PAGES = {
 def _bridge_run(tmp_path, settings, step):
     """A plan that misses the hop (it asks who designed the bridge); the question's own node
     reads that Brandt and Sons built it, and its step names the search for the firm's founder."""
-    def extract(messages, seed):
-        text = messages[-1]["content"]
-        for quote in ("The Velka Bridge was designed by Tomas Kell", "It was built by Brandt and Sons",
-                      "Brandt and Sons was founded by Ida Brandt in 1870 in Port Ardmore"):
-            if quote in text:
-                claim = ("The Velka Bridge was built by Brandt and Sons." if quote.startswith("It was")
-                         else quote + ".")
-                return Extraction(source_quality="primary", claims=[
-                    {"claim": claim, "quote": quote, "importance": "central"}])
-        return Extraction(source_quality="blog", claims=[])
+    extract = quoting_extract(["The Velka Bridge was designed by Tomas Kell", "It was built by Brandt and Sons",
+                               "Brandt and Sons was founded by Ida Brandt in 1870 in Port Ardmore"],
+                              {"It was built by Brandt and Sons": "The Velka Bridge was built by Brandt and Sons."})
 
     hits = {"Who designed the Velka Bridge?": [Hit(url="http://e.test/designer", title="Tomas Kell", rank=1)],
             "When did the Velka Bridge open?": [],

@@ -22,12 +22,11 @@ from .. import questions
 from ..contracts import IterativeStep, Source, answer_schema
 from ..errors import ModelOutputError
 from ..pipeline import prompts
-from ..pipeline.anchor import PASSAGE_CHARS, passages_text
+from ..pipeline.anchor import passages_text
 from ..pipeline.checks import ALL_ON, Switches
 from ..pipeline.forms import checked_answer, offered_choice
 
 RAG_PASSAGES = 5
-RAG_PASSAGE_CHARS = PASSAGE_CHARS
 ITERATIVE_ROUNDS = 3
 
 

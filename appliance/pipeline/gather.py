@@ -208,11 +208,10 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
                 if source.ok and source.text.strip():
                     read.append(source)
         if iteration + 1 >= rounds:
-            # The turnstile keys of the rounds not run are released with the node.
             break
         queries = _next_search(run, node, read) if node.whole_question else _reflect(run, node, node_claims, effort)
         if not queries:
-            break
+            break  # the turnstile keys of the rounds not run are released with the node
     _conclude(run, node, node_claims, parent_text, query_with_answers(node, parents))
     return node_claims
 

@@ -115,19 +115,21 @@ def run_folder(home: Path, run_id: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
-def test_six_questions_on_two_workers_match_a_one_process_batch(corpus_home, tmp_path, monkeypatch):
+def test_four_questions_on_two_workers_match_a_one_process_batch(corpus_home, tmp_path, monkeypatch):
     _, corpus = corpus_home
-    items = questions(6)
+    # Four questions on two workers: both workers answer, and at least one answers several
+    # with the model it loaded once.
+    items = questions(4)
     one_home, dask_home = fresh_home(corpus_home, "one", tmp_path), fresh_home(corpus_home, "dask", tmp_path)
     one_out, dask_out = tmp_path / "one-out", tmp_path / "dask-out"
 
     reference = run_batch(items, recipe_for(one_home, corpus), one_out)
-    assert [r.outcome for r in reference] == ["done"] * 6, [(r.id, r.reason) for r in reference]
+    assert [r.outcome for r in reference] == ["done"] * 4, [(r.id, r.reason) for r in reference]
 
     delivered: list[str] = []
     results = run_batch(items, recipe_for(dask_home, corpus), dask_out, cluster=ClusterSpec("local", workers=2),
                         on_result=lambda r: delivered.append(r.id))
-    assert [r.outcome for r in results] == ["done"] * 6, [(r.id, r.reason) for r in results]
+    assert [r.outcome for r in results] == ["done"] * 4, [(r.id, r.reason) for r in results]
     # Every report written once, into the client's output folder.
     assert sorted(delivered) == sorted(i.id for i in items)
     assert sorted(p.name for p in dask_out.iterdir()) == sorted(p.name for p in one_out.iterdir())

@@ -298,3 +298,23 @@ def test_eval_through_searxng(small_dataset, tmp_path, monkeypatch):
     finally:
         searxng.stop()
         server.stop()
+
+
+def test_the_ablation_table_counts_replayed_calls_as_calls_of_the_configuration():
+    from appliance.evaluation.ablation import _row, render
+
+    def rows(pairs):
+        return [{"id": str(i), "f1": f1, "sp_recall": 0.5, "seconds": 10.0, "model_calls": made, "cache_hits": replayed}
+                for i, (f1, made, replayed) in enumerate(pairs)]
+
+    base = rows([(1.0, 12, 0), (0.0, 8, 0)])
+    # Switched off, the check changed no answer but made its configuration call the model 3 more
+    # times a question; most of those calls replay the all-on run's prompts.
+    off = rows([(1.0, 4, 11), (0.0, 2, 9)])
+    row = _row("some-check", off, base, base)
+    assert row["calls"] == 13.0 and row["model_calls"] == 3.0
+    assert _row("all on", base, base, base)["calls"] == 10.0
+    table = render([_row("all on", base, base, base), row], "mini")
+    assert "| calls/question | new calls/question |" in table
+    line = next(l for l in table.splitlines() if l.startswith("| some-check |"))
+    assert line.rstrip().endswith("| 13.0 | 3.0 |")

@@ -106,6 +106,11 @@ def _row(label: str, rows: list[dict], base: list[dict], rag: list[dict]) -> dic
             "f1_vs_rag": paired(rows, rag, "f1"),
             "sp_recall": _mean(rows, "sp_recall"),
             "seconds": seconds, "seconds_vs_all_on": (seconds / base_seconds) if seconds and base_seconds else None,
+            # All the calls a configuration makes (new and replayed from the call cache), which is
+            # what switching a check off costs; the new calls alone are what this run paid, less
+            # wherever the configuration shares prompts with one run before it.
+            "calls": _mean([{"calls": r["model_calls"] + r["cache_hits"]} for r in rows
+                            if r.get("model_calls") is not None and r.get("cache_hits") is not None], "calls"),
             "model_calls": _mean(rows, "model_calls")}
 
 
@@ -121,13 +126,15 @@ def render(rows: list[dict], title: str) -> str:
         return f"{p['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}] {p['wins']}/{p['losses']}/{p['ties']}"
 
     lines = [f"## {title}", "",
-             "| without | F1 | F1 - all on [95%] w/l/t | F1 - rag [95%] w/l/t | SP recall | s/question | x all on | calls/question |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| without | F1 | F1 - all on [95%] w/l/t | F1 - rag [95%] w/l/t | SP recall | s/question | x all on | calls/question | new calls/question |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r.get("never_fired"):
-            lines.append(f"| {r['without']} | never fired: the same as all on | | | | | | |")
+            lines.append(f"| {r['without']} | never fired: the same as all on | | | | | | | |")
             continue
         lines.append(f"| {r['without']} | {num(r['f1'])} | {diff(r['f1_vs_all_on'])} | {diff(r['f1_vs_rag'])} | "
                      f"{num(r['sp_recall'])} | {num(r['seconds'], '{:.1f}')} | {num(r['seconds_vs_all_on'], '{:.2f}')} | "
-                     f"{num(r['model_calls'], '{:.1f}')} |")
+                     f"{num(r.get('calls'), '{:.1f}')} | {num(r['model_calls'], '{:.1f}')} |")
+    lines += ["", "calls/question counts every call of a configuration, made or replayed from the call cache; "
+              "s/question and new calls/question count what this run paid (a replayed call takes no time)."]
     return "\n".join(lines) + "\n"

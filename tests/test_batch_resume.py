@@ -1,17 +1,14 @@
 """Batch runs and resume by replay, with the real model: a finished batch costs no model call,
-a SIGKILLed run resumes from the call cache to the very report an uninterrupted run writes,
-and processes sharing one state folder leave it consistent."""
+and processes sharing one state folder leave it consistent. (A SIGKILLed run resuming to the
+very report an uninterrupted run writes: row 8 of the fault matrix, tests/test_faults_disk.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,6 @@ QUESTIONS = [
     "What country was the author of Brand a citizen of?",
     "What county shares a border with the county in which Johnnycake, West Virginia is located?",
 ]
-RUN_SPECIFIC = ("stats", "run_id")
 
 
 def appliance(args: list[str], home: Path, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
@@ -34,10 +30,6 @@ def appliance(args: list[str], home: Path, cwd: Path, **kwargs) -> subprocess.Co
     env.update(TEST_MODEL_ENV)
     return subprocess.run([sys.executable, "-m", "appliance", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=1200, **kwargs)
-
-
-def comparable(report: dict) -> dict:
-    return {k: v for k, v in report.items() if k not in RUN_SPECIFIC}
 
 
 def test_batch_of_three_then_rerun_makes_no_model_call(corpus_home, tmp_path):
@@ -78,41 +70,3 @@ def test_batch_of_three_then_rerun_makes_no_model_call(corpus_home, tmp_path):
     search = appliance(["search", "Journal of Psychotherapy Integration", "--backend", "corpus",
                         "--corpus", corpus, "--json"], home, tmp_path)
     assert search.returncode == 0 and "p0006" in search.stdout
-
-
-def test_sigkill_then_rerun_replays_to_the_same_report(corpus_home, tmp_path):
-    home, corpus = corpus_home
-    args = ["research", QUESTIONS[1], "--profile", "quick", "--corpus", corpus, "--backend", "corpus", "--json"]
-
-    # The reference: an uninterrupted run in its own state folder.
-    ref_home = tmp_path / "ref-home"
-    shutil.copytree(home / "lancedb", ref_home / "lancedb")
-    ref = appliance(args + ["--out", str(tmp_path / "ref")], ref_home, tmp_path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    reference = json.loads(ref.stdout)
-    total = reference["stats"]["calls"]
-    assert total >= 4
-
-    # Kill a second run part-way, once some of its calls are in the cache.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_") or k == "APPLIANCE_TODAY"}
-    env["APPLIANCE_HOME"] = str(home)
-    env.update(TEST_MODEL_ENV)
-    proc = subprocess.Popen([sys.executable, "-m", "appliance", *args, "--out", str(tmp_path / "killed")],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 900
-    while cached_calls(home) < total // 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done_before_kill = cached_calls(home)
-    assert 0 < done_before_kill < total
-    assert not list((tmp_path / "killed").glob("*.md")) if (tmp_path / "killed").exists() else True
-
-    rerun = appliance(args + ["--out", str(tmp_path / "killed")], home, tmp_path)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    resumed = json.loads(rerun.stdout)
-    stats = resumed["stats"]
-    assert stats["cache_hits"] >= done_before_kill
-    assert stats["calls"] - stats["cache_hits"] <= total - done_before_kill
-    assert comparable(resumed) == comparable(reference)

@@ -386,10 +386,15 @@ def test_sigkill_at_many_points_then_rerun(corpus_home, tmp_path):
         print(f"  {kill}")
     assert len(kills) >= 10, kills
 
+    done_before = cached_calls(home)
+    assert 0 < done_before < total
     final = subprocess.run(args + ["--out", str(out)], env=env, capture_output=True, text=True,
                            timeout=900, cwd=tmp_path)
     assert final.returncode == 0, final.stderr[-3000:]
     resumed = json.loads(final.stdout)
     check_after_kill(home, out)
+    # Nothing done before the kills is done again: every call they left replays.
+    assert resumed["stats"]["cache_hits"] >= done_before
+    assert resumed["stats"]["calls"] - resumed["stats"]["cache_hits"] <= total - done_before
     assert resumed["stats"]["cache_hits"] >= cached_calls(home) - 1 > 0
     assert comparable(resumed) == comparable(reference)

@@ -166,6 +166,25 @@ def test_a_choice_answer_from_the_real_model_is_one_of_the_two(llm_engine):
     assert out.answer in (*choices, contracts.NO_CHOICE)
 
 
+def test_a_country_answer_from_the_real_model_is_a_country_of_its_evidence(llm_engine):
+    """Check answer-country with the real model: the grammar of the evidence's countries
+    (accents and apostrophes included) compiles, and the answer is one of them or unknown
+    where the county is what a free answer may give."""
+    from appliance.pipeline import prompts
+    from appliance.pipeline.forms import named_countries
+
+    question = "In which country is Halvik?"
+    evidence = ("[c1] Halvik is a village in Tornby County, Norway.\n"
+                "[c2] Tornby County trades with Côte d'Ivoire and São Tomé and Príncipe.")
+    named = named_countries(question, evidence)
+    assert named == ["Norway", "Côte d'Ivoire", "São Tomé and Príncipe"]
+    schema = contracts.answer_schema(named)
+    llm_engine.backend.check_grammar(grammar_for(schema_json(schema)), schema.__name__)
+    out = llm_engine.structured(prompts.short_answer(question, evidence, "2026-01-01", named=named), schema,
+                                cache=False, max_tokens=prompts.ANSWER_TOKENS, purpose="test country")
+    assert out.answer in (*named, contracts.NO_CHOICE)
+
+
 PASSAGE = ("Lake Orta is a small lake in the north of Italy.\nThe island of San Giulio lies in the middle "
            "of the lake and holds a twelfth-century basilica. The lake drains to the north, unlike its "
            "neighbours, through the Nigoglia channel at Omegna. Its water was badly polluted by a rayon "

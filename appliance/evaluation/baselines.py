@@ -24,7 +24,7 @@ from ..errors import ModelOutputError
 from ..pipeline import prompts
 from ..pipeline.anchor import passages_text
 from ..pipeline.checks import ALL_ON, Switches
-from ..pipeline.forms import checked_answer, offered_choice
+from ..pipeline.forms import checked_answer, named_countries, offered_choice
 
 RAG_PASSAGES = 5
 ITERATIVE_ROUNDS = 3
@@ -45,11 +45,12 @@ def _answer(writer, question: str, evidence: str | None, purpose: str, temperatu
             switches: Switches) -> tuple[str, str, list[str]]:
     """The checked answer, the raw one, and the ids of the answer checks that fired."""
     choices = offered_choice(question, switches)
-    messages = prompts.short_answer(question, evidence, _today(), choices)
-    out = writer.structured(messages, answer_schema(choices), max_tokens=prompts.ANSWER_TOKENS, purpose=purpose,
-                            temperature=temperature)
+    named = [] if choices else named_countries(question, evidence, switches)
+    messages = prompts.short_answer(question, evidence, _today(), choices, named)
+    out = writer.structured(messages, answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS,
+                            purpose=purpose, temperature=temperature)
     answer, fired = checked_answer(out.answer, evidence, question, switches)
-    return answer, out.answer, (["answer-choice"] if choices else []) + fired
+    return answer, out.answer, (["answer-choice"] if choices else []) + (["answer-country"] if named else []) + fired
 
 
 def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:

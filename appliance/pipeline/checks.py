@@ -108,6 +108,10 @@ CHECKS: tuple[Check, ...] = (
           "Holds the answer to a question that asks to choose between two named things to one of "
           "them or unknown (the answer's grammar allows nothing else).",
           "forms:offered_choice"),
+    Check("answer-country", "answer",
+          "Holds the answer to a question asking which country to one of the countries its evidence "
+          "names, or unknown, when the evidence names any (the answer's grammar allows nothing else).",
+          "forms:named_countries", ("forms.MAX_COUNTRIES",)),
     Check("answer-dates", "answer",
           "Answers a choice of which of two came first (or later) with the one whose earliest year, "
           "in the evidence's sentences naming it and not the other, decides it, when both have one.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from .checks import ALL_ON, Switches
+from .places import countries_named
 from .text import MONTHS, STOP_WORDS, WORD, content_words, word_found
 
 # What a model writes when the evidence does not give an answer.
@@ -313,6 +314,21 @@ def offered_choice(question: str, switches: Switches = ALL_ON) -> list[str]:
     if not switches.on("answer-choice"):
         return []
     return _choice(question)
+
+
+# At most this many countries are offered, those the evidence names first.
+MAX_COUNTRIES = 12
+
+
+def named_countries(question: str, evidence: str | None, switches: Switches = ALL_ON) -> list[str]:
+    """Check answer-country: for a question asking which country (``asked_kind``), the
+    countries ``evidence`` names (``places.countries_named``), or [] when it asks for something
+    else, names none, is read from nothing (``evidence`` None) or the check is off. Its answer
+    is then one of them or unknown: told to name a country, a small model reading "Brenfield
+    is a town in Kessel County, Ostria" still answers with the county."""
+    if evidence is None or not switches.on("answer-country") or asked_kind(question) not in ("country", "nation"):
+        return []
+    return countries_named(evidence)[:MAX_COUNTRIES]
 
 
 def _choice(question: str) -> list[str]:

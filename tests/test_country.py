@@ -32,10 +32,23 @@ from fakes import FakeBackend, FakeEngine, FakeFetcher
     ("Dubbo lies in New South Wales, Australia.", ["Australia"]),
     ("He was born in the Soviet Union and later lived in Russia.", ["Soviet Union", "Russia"]),
     ("Indiana and Indianapolis name no country; neither does a canadian goose.", []),
+    # Its people's name stands for the country, under the country's name.
+    ("Halvik was founded by a Dutch sailor who later settled in Canada.", ["Netherlands", "Canada"]),
+    ("A Norwegian ship and a ship of Norway.", ["Norway"]),
     ("", []),
 ])
 def test_which_countries_a_text_names(text, names):
     assert countries_named(text) == names
+
+
+def test_a_country_rests_on_evidence_that_names_only_its_people():
+    from appliance.pipeline.forms import answer_rests_on
+
+    assert answer_rests_on("Netherlands", "[c1] Halvik was founded by a Dutch sailor.")
+    assert answer_rests_on("United States", "[c1] Ida Brandt is an American engineer.")
+    assert not answer_rests_on("Belgium", "[c1] Halvik was founded by a Dutch sailor.")
+    # Only a country's own people: a person's name is no country's.
+    assert not answer_rests_on("Halvik", "[c1] A Dutch sailor founded it.")
 
 
 def test_only_a_question_asking_which_country_with_evidence_is_held_to_its_countries():

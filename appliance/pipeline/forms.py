@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .checks import ALL_ON, Switches
-from .places import countries_named
+from .places import COUNTRIES, countries_named, named_by_demonym
 from .text import MONTHS, STOP_WORDS, WORD, content_words, word_found
 
 # What a model writes when the evidence does not give an answer.
@@ -24,7 +24,11 @@ def answer_rests_on(answer: str, text: str) -> bool:
     if not words:
         return False
     basis = set(WORD.findall(text.lower()))
-    return sum(1 for w in words if word_found(w, basis)) >= 0.5 * len(words)
+    if sum(1 for w in words if word_found(w, basis)) >= 0.5 * len(words):
+        return True
+    # A country rests on a text that names only its people ("Dutch" for "Netherlands").
+    country = " ".join(str(answer).split()).rstrip(".")
+    return country in COUNTRIES and named_by_demonym(country, text)
 
 
 def says_no_answer(answer: str) -> bool:

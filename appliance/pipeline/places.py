@@ -1,4 +1,4 @@
-"""Names of countries, and which of them a text names.
+"""Names of countries, what their people are called, and which countries a text names.
 
 A closed list: the sovereign states of today under their common names and usual short forms,
 the constituent countries of the United Kingdom, and the former states that biographies and
@@ -41,6 +41,39 @@ Soviet Union|USSR|Yugoslavia|Czechoslovakia|East Germany|West Germany|Austria-Hu
 Ottoman Empire|Russian Empire|Prussia|Persia|Siam|Ceylon|Zaire|Rhodesia
 """.replace("\n", "").split("|")) - {""}
 
+# What a text calls a country's people and things ("a Norwegian playwright"), for the country:
+# a text often says where someone is from only this way.
+DEMONYMS = {k: v for part in """
+American:United States|British:United Kingdom|English:England|Scottish:Scotland|Welsh:Wales|
+Irish:Ireland|Northern Irish:Northern Ireland|Canadian:Canada|Australian:Australia|
+New Zealander:New Zealand|Mexican:Mexico|Brazilian:Brazil|Argentine:Argentina|Argentinian:Argentina|
+Chilean:Chile|Peruvian:Peru|Colombian:Colombia|Venezuelan:Venezuela|Cuban:Cuba|Jamaican:Jamaica|
+Haitian:Haiti|Ecuadorian:Ecuador|Bolivian:Bolivia|Paraguayan:Paraguay|Uruguayan:Uruguay|
+Costa Rican:Costa Rica|Panamanian:Panama|Guatemalan:Guatemala|Honduran:Honduras|
+Salvadoran:El Salvador|Nicaraguan:Nicaragua|French:France|German:Germany|Italian:Italy|
+Spanish:Spain|Portuguese:Portugal|Dutch:Netherlands|Belgian:Belgium|Swiss:Switzerland|
+Austrian:Austria|Swedish:Sweden|Norwegian:Norway|Danish:Denmark|Finnish:Finland|
+Icelandic:Iceland|Polish:Poland|Czech:Czech Republic|Slovak:Slovakia|Hungarian:Hungary|
+Romanian:Romania|Bulgarian:Bulgaria|Greek:Greece|Turkish:Turkey|Russian:Russia|
+Ukrainian:Ukraine|Belarusian:Belarus|Serbian:Serbia|Croatian:Croatia|Bosnian:Bosnia and Herzegovina|
+Slovenian:Slovenia|Slovene:Slovenia|Albanian:Albania|Macedonian:North Macedonia|
+Montenegrin:Montenegro|Estonian:Estonia|Latvian:Latvia|Lithuanian:Lithuania|Georgian:Georgia|
+Armenian:Armenia|Azerbaijani:Azerbaijan|Kazakh:Kazakhstan|Uzbek:Uzbekistan|Maltese:Malta|
+Cypriot:Cyprus|Israeli:Israel|Palestinian:Palestine|Lebanese:Lebanon|Syrian:Syria|
+Jordanian:Jordan|Iraqi:Iraq|Iranian:Iran|Persian:Persia|Saudi:Saudi Arabia|Qatari:Qatar|
+Emirati:United Arab Emirates|Kuwaiti:Kuwait|Omani:Oman|Yemeni:Yemen|Bahraini:Bahrain|
+Egyptian:Egypt|Moroccan:Morocco|Algerian:Algeria|Tunisian:Tunisia|Libyan:Libya|Sudanese:Sudan|
+Ethiopian:Ethiopia|Somali:Somalia|Kenyan:Kenya|Ugandan:Uganda|Tanzanian:Tanzania|Rwandan:Rwanda|
+Congolese:Congo|Cameroonian:Cameroon|Nigerian:Nigeria|Ghanaian:Ghana|Senegalese:Senegal|
+South African:South Africa|Zimbabwean:Zimbabwe|Indian:India|Pakistani:Pakistan|
+Bangladeshi:Bangladesh|Sri Lankan:Sri Lanka|Nepalese:Nepal|Nepali:Nepal|Afghan:Afghanistan|
+Chinese:China|Japanese:Japan|Korean:Korea|South Korean:South Korea|North Korean:North Korea|
+Taiwanese:Taiwan|Vietnamese:Vietnam|Thai:Thailand|Filipino:Philippines|Philippine:Philippines|
+Indonesian:Indonesia|Malaysian:Malaysia|Singaporean:Singapore|Burmese:Myanmar|
+Cambodian:Cambodia|Mongolian:Mongolia|Fijian:Fiji|Samoan:Samoa|Soviet:Soviet Union|
+Yugoslav:Yugoslavia|Czechoslovak:Czechoslovakia|Ottoman:Ottoman Empire|Prussian:Prussia
+""".replace("\n", "").split("|") if part for k, v in [part.split(":")]}
+
 # Longer names that hold a country's name but name something else (a state, a region).
 NOT_COUNTRIES = frozenset({"New Mexico", "New South Wales", "New England", "Panama City", "Jordan River",
                            "Georgia Tech", "Chad Valley"})
@@ -48,17 +81,26 @@ NOT_COUNTRIES = frozenset({"New Mexico", "New South Wales", "New England", "Pana
 
 @lru_cache(maxsize=1)
 def _pattern() -> re.Pattern:
-    names = sorted(COUNTRIES | NOT_COUNTRIES, key=len, reverse=True)
+    names = sorted(COUNTRIES | NOT_COUNTRIES | set(DEMONYMS), key=len, reverse=True)
     return re.compile(r"(?<![\w.])(" + "|".join(re.escape(n) for n in names) + r")(?![\w])")
 
 
 def countries_named(text: str) -> list[str]:
-    """The countries ``text`` names, each once, in the order of their first mention, under the
+    """The countries ``text`` names, each once, in the order of their first mention: under the
     name the text gives them ("the U.S. Army and the United States Navy" -> ["U.S.", "United
-    States"]): the names of the list above, matched whole and longest first."""
+    States"]), or under the list's name where the text says only what its people or things are
+    called ("a Norwegian playwright" -> ["Norway"]). Names of the lists above, matched whole and
+    longest first."""
     found: list[str] = []
     for match in _pattern().finditer(text or ""):
-        name = match.group(1)
+        name = DEMONYMS.get(match.group(1), match.group(1))
         if name in COUNTRIES and name not in found:
             found.append(name)
     return found
+
+
+def named_by_demonym(country: str, text: str) -> bool:
+    """Whether ``text`` calls ``country``'s people or things by their name ("Dutch" for the
+    Netherlands): a country's name rests on such a text as on one that writes the name."""
+    forms = [d for d, c in DEMONYMS.items() if c == country]
+    return any(re.search(r"(?<![\w.])" + re.escape(form) + r"(?![\w])", text) for form in forms)

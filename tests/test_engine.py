@@ -180,7 +180,7 @@ def test_a_country_answer_from_the_real_model_is_a_country_of_its_evidence(llm_e
     assert named == ["Norway", "Côte d'Ivoire", "São Tomé and Príncipe"]
     schema = contracts.answer_schema(named)
     llm_engine.backend.check_grammar(grammar_for(schema_json(schema)), schema.__name__)
-    out = llm_engine.structured(prompts.short_answer(question, evidence, "2026-01-01", named=named), schema,
+    out = llm_engine.structured(prompts.short_answer(question, evidence, "2026-01-01"), schema,
                                 cache=False, max_tokens=prompts.ANSWER_TOKENS, purpose="test country")
     assert out.answer in (*named, contracts.NO_CHOICE)
 

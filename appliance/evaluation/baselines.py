@@ -46,7 +46,7 @@ def _answer(writer, question: str, evidence: str | None, purpose: str, temperatu
     """The checked answer, the raw one, and the ids of the answer checks that fired."""
     choices = offered_choice(question, switches)
     named = [] if choices else named_countries(question, evidence, switches)
-    messages = prompts.short_answer(question, evidence, _today(), choices, named)
+    messages = prompts.short_answer(question, evidence, _today(), choices)
     out = writer.structured(messages, answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS,
                             purpose=purpose, temperature=temperature)
     answer, fired = checked_answer(out.answer, evidence, question, switches)

@@ -476,7 +476,7 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     named = [] if choices else named_countries(node.asked, evidence, run.checks.switches)
     if named:
         run.checks.fired("answer-country", on=f"answer of {node.id}", countries=named)
-    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today, choices, named),
+    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today, choices),
               answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
               temperature=run.settings.llm.answer_temperature)
     node.answer = answer_checked(run, out.answer, evidence, node.asked, on=f"answer of {node.id}") if out else ""

@@ -218,24 +218,21 @@ def iterative_step(question: str, passages: str, searches: list[str], today: str
     return _msgs(system, user)
 
 
-def short_answer(question: str, passages: str | None, today: str, choices: list[str] | tuple[str, ...] = (),
-                 named: list[str] | tuple[str, ...] = ()) -> Messages:
+def short_answer(question: str, passages: str | None, today: str, choices: list[str] | tuple[str, ...] = ()) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and
     their quotes (the pipeline). One prompt for all three, so they are compared on equal terms.
 
     The form asked for is decided here, not left to the model: told "yes or no for a yes/no
     question", a small model answers "yes" to "Who was ...?". ``choices``: the two things a
-    question asks to choose between (``forms.offered_choice``), one of which is the answer;
-    ``named``: the countries the evidence names, for a question asking which country
-    (``forms.named_countries``)."""
+    question asks to choose between (``forms.offered_choice``), one of which is the answer.
+    The countries a question asking which country is held to (``forms.named_countries``) are
+    not listed here: the grammar holds the answer to them, and listed, they draw a small
+    model to the one the evidence writes out over the one it says in a word ("Norwegian")."""
     form = _FORMS[asked_form(question)]
     kind = asked_kind(question)
     if kind and asked_form(question) in ("entity", "phrase"):
         form = f"Answer with the name of the {kind} the question asks for, nothing else. No sentence."
-    if named:
-        form = (f"Answer with the name of the {kind or 'country'} the question asks for: one of "
-                f"{', '.join(named)}, as the evidence names it; unknown only when the evidence does not tell which.")
     if choices:
         form = (f"The question asks which of two it is: answer with {choices[0]} or with {choices[1]}, "
                 "nothing else; unknown only when that cannot be told.")

@@ -100,7 +100,7 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     named = [] if choices else named_countries(run.ctx.question, evidence, run.checks.switches)
     if named:
         run.checks.fired("answer-country", on="answer", countries=named)
-    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, choices, named)
+    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, choices)
     out = ask(run, run.models.writer, messages, answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS,
               purpose="answer", temperature=run.settings.llm.answer_temperature)
     if out is None:

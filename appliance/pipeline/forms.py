@@ -329,7 +329,7 @@ def named_countries(question: str, evidence: str | None, switches: Switches = AL
     countries ``evidence`` names (``places.countries_named``), or [] when it asks for something
     else, names none, is read from nothing (``evidence`` None) or the check is off. Its answer
     is then one of them or unknown: told to name a country, a small model reading "Brenfield
-    is a town in Kessel County, Ostria" still answers with the county."""
+    is a town in Kessel County, Norway" still answers with the county."""
     if evidence is None or not switches.on("answer-country") or asked_kind(question) not in ("country", "nation"):
         return []
     return countries_named(evidence)[:MAX_COUNTRIES]

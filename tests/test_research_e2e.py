@@ -151,6 +151,8 @@ def test_the_default_model_answers_a_dev_question_in_the_asked_form(musique_corp
     report = check_report(md_path, settings.home)
     assert report["status"] == "complete" and report["model"] == DEFAULT_MODEL
     assert "norw" in report["short_answer"].lower(), report["short_answer"]
+    # A question asking which country: its answer was held to the countries of its evidence.
+    assert report["stats"]["checks"].get("answer-country", 0) >= 1, report["stats"]["checks"]
     answer = md_path.read_text(encoding="utf-8").split("## Answer", 1)[1].split("##", 1)[0].strip()
     assert answer.startswith(f"**{report['short_answer']}.**")
 

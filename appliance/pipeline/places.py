@@ -41,7 +41,7 @@ Soviet Union|USSR|Yugoslavia|Czechoslovakia|East Germany|West Germany|Austria-Hu
 Ottoman Empire|Russian Empire|Prussia|Persia|Siam|Ceylon|Zaire|Rhodesia
 """.replace("\n", "").split("|")) - {""}
 
-# What a text calls a country's people and things ("a Norwegian playwright"), for the country:
+# What a text calls a country's people and things ("a Danish shipowner"), for the country:
 # a text often says where someone is from only this way.
 DEMONYMS = {k: v for part in """
 American:United States|British:United Kingdom|English:England|Scottish:Scotland|Welsh:Wales|
@@ -89,7 +89,7 @@ def countries_named(text: str) -> list[str]:
     """The countries ``text`` names, each once, in the order of their first mention: under the
     name the text gives them ("the U.S. Army and the United States Navy" -> ["U.S.", "United
     States"]), or under the list's name where the text says only what its people or things are
-    called ("a Norwegian playwright" -> ["Norway"]). Names of the lists above, matched whole and
+    called ("a Danish shipowner" -> ["Denmark"]). Names of the lists above, matched whole and
     longest first."""
     found: list[str] = []
     for match in _pattern().finditer(text or ""):

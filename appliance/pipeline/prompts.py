@@ -228,7 +228,7 @@ def short_answer(question: str, passages: str | None, today: str, choices: list[
     question asks to choose between (``forms.offered_choice``), one of which is the answer.
     The countries a question asking which country is held to (``forms.named_countries``) are
     not listed here: the grammar holds the answer to them, and listed, they draw a small
-    model to the one the evidence writes out over the one it says in a word ("Norwegian")."""
+    model to the one the evidence writes out over the one it says in a word ("Danish")."""
     form = _FORMS[asked_form(question)]
     kind = asked_kind(question)
     if kind and asked_form(question) in ("entity", "phrase"):

@@ -12,7 +12,7 @@ from appliance.contracts import (NO_CHOICE, Extraction, GapQuestions, Hit, Itera
 from appliance.embed import get_embedder
 from appliance.evaluation import baselines
 from appliance.pipeline.checks import Switches
-from appliance.pipeline.forms import named_countries
+from appliance.pipeline.forms import held_answer, named_countries
 from appliance.pipeline.parts import Models
 from appliance.pipeline.places import countries_named
 from appliance.pipeline.run import research
@@ -59,6 +59,20 @@ def test_only_a_question_asking_which_country_with_evidence_is_held_to_its_count
     assert named_countries("In which country is Halvik?", None) == []
     assert named_countries("In which country is Halvik?", "[c1] Halvik is a village in Tornby County.") == []
     assert named_countries("In which country is Halvik?", evidence, Switches({"answer-country"})) == []
+
+
+def test_a_held_answer_offers_the_choice_first_and_the_countries_otherwise():
+    evidence = "[c1] The Velka Bridge opened in 1931 in Norway. [c2] Ardmore Pier opened in 1920 in Sweden."
+    choice = held_answer("Which opened first, the Velka Bridge or Ardmore Pier?", evidence)
+    assert choice.allowed == ["Velka Bridge", "Ardmore Pier"] and choice.countries == []
+    assert choice.firings() == [("answer-choice", {"choices": ["Velka Bridge", "Ardmore Pier"]})]
+    country = held_answer("Which country is the Velka Bridge in?", evidence)
+    assert country.choices == [] and country.allowed == ["Norway", "Sweden"]
+    assert country.firings() == [("answer-country", {"countries": ["Norway", "Sweden"]})]
+    free = held_answer("When did the Velka Bridge open?", evidence)
+    assert free.allowed == [] and free.firings() == []
+    assert held_answer("Which opened first, the Velka Bridge or Ardmore Pier?", evidence,
+                       Switches({"answer-choice"})).allowed == []
 
 
 class _Collection:

@@ -24,7 +24,7 @@ from ..errors import ModelOutputError
 from ..pipeline import prompts
 from ..pipeline.anchor import passages_text
 from ..pipeline.checks import ALL_ON, Switches
-from ..pipeline.forms import checked_answer, named_countries, offered_choice
+from ..pipeline.forms import checked_answer, held_answer
 
 RAG_PASSAGES = 5
 ITERATIVE_ROUNDS = 3
@@ -44,13 +44,12 @@ class BaselineAnswer:
 def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float,
             switches: Switches) -> tuple[str, str, list[str]]:
     """The checked answer, the raw one, and the ids of the answer checks that fired."""
-    choices = offered_choice(question, switches)
-    named = [] if choices else named_countries(question, evidence, switches)
-    messages = prompts.short_answer(question, evidence, _today(), choices)
-    out = writer.structured(messages, answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS,
+    held = held_answer(question, evidence, switches)
+    messages = prompts.short_answer(question, evidence, _today(), held.choices)
+    out = writer.structured(messages, answer_schema(held.allowed), max_tokens=prompts.ANSWER_TOKENS,
                             purpose=purpose, temperature=temperature)
     answer, fired = checked_answer(out.answer, evidence, question, switches)
-    return answer, out.answer, (["answer-choice"] if choices else []) + (["answer-country"] if named else []) + fired
+    return answer, out.answer, [check_id for check_id, _ in held.firings()] + fired
 
 
 def _read(backend, fetcher, query: str, seen: list[str]) -> list[Source]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from .checks import ALL_ON, Switches
 from .places import COUNTRIES, countries_named, named_by_demonym
@@ -333,6 +334,32 @@ def named_countries(question: str, evidence: str | None, switches: Switches = AL
     if evidence is None or not switches.on("answer-country") or asked_kind(question) not in ("country", "nation"):
         return []
     return countries_named(evidence)[:MAX_COUNTRIES]
+
+
+@dataclass(frozen=True)
+class HeldAnswer:
+    """What checks answer-choice and answer-country hold one short answer to: the two things
+    the question offers, else the countries its evidence names; empty, the answer is free."""
+
+    choices: list[str] = field(default_factory=list)
+    countries: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> list[str]:
+        """The answers the grammar admits (besides unknown); [] for any text."""
+        return self.choices or self.countries
+
+    def firings(self) -> list[tuple[str, dict[str, list[str]]]]:
+        """(check id, what to record) of each check that holds the answer."""
+        return ([("answer-choice", {"choices": self.choices})] if self.choices else []) + (
+            [("answer-country", {"countries": self.countries})] if self.countries else [])
+
+
+def held_answer(question: str, evidence: str | None, switches: Switches = ALL_ON) -> HeldAnswer:
+    """The answers a short answer to ``question`` read from ``evidence`` is held to: every mode
+    that answers (the pipeline's sub-questions and question, the baselines) asks this one."""
+    choices = offered_choice(question, switches)
+    return HeldAnswer(choices, [] if choices else named_countries(question, evidence, switches))
 
 
 def _choice(question: str) -> list[str]:

@@ -19,7 +19,7 @@ from ..contracts import (Claim, Extraction, Hit, Importance, IterativeStep, Node
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
-from .forms import checked_answer, compared, compared_query, echoes_example, named_countries, offered_choice
+from .forms import checked_answer, compared, compared_query, echoes_example, held_answer
 from .names import names_unsupported, off_subject
 from .text import grounded
 from .state import RunContext, ask
@@ -470,14 +470,11 @@ def _conclude(run: RunContext, node: NodeState, claims: list[Claim], earlier: st
     node.findings = " ".join(dedupe_text([c.text for c in relevant])[:MAX_FINDINGS])
     evidence = node_evidence(relevant, texts)
     question = f"{node.asked}\nEarlier answers: {earlier}" if earlier else node.asked
-    choices = offered_choice(node.asked, run.checks.switches)
-    if choices:
-        run.checks.fired("answer-choice", on=f"answer of {node.id}", choices=choices)
-    named = [] if choices else named_countries(node.asked, evidence, run.checks.switches)
-    if named:
-        run.checks.fired("answer-country", on=f"answer of {node.id}", countries=named)
-    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today, choices),
-              answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
+    held = held_answer(node.asked, evidence, run.checks.switches)
+    for check_id, detail in held.firings():
+        run.checks.fired(check_id, on=f"answer of {node.id}", **detail)
+    out = ask(run, run.models.writer, prompts.short_answer(question, evidence, run.ctx.today, held.choices),
+              answer_schema(held.allowed), max_tokens=prompts.ANSWER_TOKENS, purpose="node-answer",
               temperature=run.settings.llm.answer_temperature)
     node.answer = answer_checked(run, out.answer, evidence, node.asked, on=f"answer of {node.id}") if out else ""
     if not node.answer:

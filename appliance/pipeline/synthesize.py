@@ -13,7 +13,7 @@ from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Syn
 from . import prompts
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
-from .forms import answer_rests_on, compared, echoes_example, is_yes_no, named_countries, offered_choice
+from .forms import answer_rests_on, compared, echoes_example, held_answer, is_yes_no
 from .gather import answer_checked, dedupe_text
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
@@ -94,14 +94,11 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     chain = chain_listing(nodes or [], evidence, run.checks.switches)
     if chain:
         evidence += "\n\nSub-questions answered from this evidence:\n" + chain
-    choices = offered_choice(run.ctx.question, run.checks.switches)
-    if choices:
-        run.checks.fired("answer-choice", on="answer", choices=choices)
-    named = [] if choices else named_countries(run.ctx.question, evidence, run.checks.switches)
-    if named:
-        run.checks.fired("answer-country", on="answer", countries=named)
-    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, choices)
-    out = ask(run, run.models.writer, messages, answer_schema(choices or named), max_tokens=prompts.ANSWER_TOKENS,
+    held = held_answer(run.ctx.question, evidence, run.checks.switches)
+    for check_id, detail in held.firings():
+        run.checks.fired(check_id, on="answer", **detail)
+    messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, held.choices)
+    out = ask(run, run.models.writer, messages, answer_schema(held.allowed), max_tokens=prompts.ANSWER_TOKENS,
               purpose="answer", temperature=run.settings.llm.answer_temperature)
     if out is None:
         return ""

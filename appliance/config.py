@@ -143,6 +143,7 @@ class PipelineSettings(_Section):
     vote_verbatim: bool
     restate_killed: bool
     gap_questions: Zeroable
+    write_report: bool
 
     @model_validator(mode="after")
     def _consistent(self) -> "PipelineSettings":

@@ -328,9 +328,10 @@ def _script():
 
 def _run(tmp_path, disabled=()):
     env = {"APPLIANCE_HOME": str(tmp_path / "home")}
+    # The writer's call on: its checks (cite-unknown, written-grounded, ...) fire on its draft.
     settings = load_settings(profile="quick", env=env, overrides={
         "pipeline.quote_sentences": False, "pipeline.question_sources": 0, "pipeline.gap_questions": 1,
-        "checks.disabled": list(disabled)})
+        "pipeline.write_report": True, "checks.disabled": list(disabled)})
     engine = FakeEngine(_script())
     models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
     return research(RUN_QUESTION, settings, models=models, backend=FakeBackend(HITS),

@@ -79,9 +79,12 @@ def flow_settings(tmp_path, monkeypatch):
     # is arbitrary (test_off_topic_claims_are_tangential checks it on its own).
     # No node for the question as asked: these scripts count each sub-question's calls and
     # pages (the question node's own tests below turn it on).
+    # The writer's call on: these scripts test its citation checks (the quick profile's report
+    # without it has tests of its own).
     return load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
                          overrides={"pipeline.gap_questions": 1, "pipeline.quote_sentences": False,
-                                    "pipeline.relevance_threshold": 0.0, "pipeline.question_sources": 0})
+                                    "pipeline.relevance_threshold": 0.0, "pipeline.question_sources": 0,
+                                    "pipeline.write_report": True})
 
 
 @pytest.fixture
@@ -686,6 +689,77 @@ def test_written_text_must_rest_on_the_verified_claims(flow_settings, tmp_path):
     assert "Dustin" not in md and "2018-04-23" not in md
     # The prose answer is gone; the direct answer drawn from the claims stays.
     assert md.split("## Answer")[1].split("##")[0].strip() == "**Lisbon.** [1][2]"
+
+
+# ------------------------------------------------------------------ the report without the writer
+
+def test_the_quick_profile_writes_no_report_call_and_the_standard_one_does():
+    assert load_settings(profile="quick", env={}).pipeline.write_report is False
+    assert load_settings(profile="standard", env={}).pipeline.write_report is True
+    assert load_settings(profile="deep", env={}).pipeline.write_report is True
+
+
+def test_without_the_writer_the_report_lists_the_verified_claims_by_sub_question(flow_settings, tmp_path):
+    # The writer's call would fail: without it, nothing asks it and the run is complete.
+    settings = flow_settings.with_overrides({"pipeline.write_report": False})
+    engine = FakeEngine(script(synthesize=lambda m, s: fail("synthesize")))
+    result = run_fake(settings, tmp_path, engine)
+    report = result.report
+    assert result.status == "complete" and result.exit_code == 0
+    assert "synthesize" not in [purpose for purpose, _ in engine.calls]
+    assert "synthesize" in report["stats"]["phase_seconds"]
+    confirmed = {c["id"]: c["text"] for c in report["claims"] if c.get("verdict") and c["verdict"]["confirmed"]}
+    statements = [st for f in report["findings"] for st in f["statements"]]
+    # Every confirmed claim once, as worded and checked, citing itself; nothing else.
+    assert sorted(st["text"] for st in statements) == sorted(confirmed.values())
+    assert all(st["claim_ids"] == [cid] for st in statements for cid in confirmed if confirmed[cid] == st["text"])
+    assert all(st["citations"] for st in statements)
+    # Each under the sub-question that found it, with that sub-question's answer.
+    themes = [f["theme"] for f in report["findings"]]
+    assert themes[0] == "Who founded Alpha Corp? Jane Roe"
+    assert any("Jane Roe was born in Lisbon in 1870." == st["text"] for st in report["findings"][-1]["statements"])
+    assert report["executive_summary"].startswith("Who founded Alpha Corp? Jane Roe.")
+    assert report["answer"] == "" and report["short_answer"] == "Lisbon"
+    assert report["stats"]["citations_dropped"] == 0 and report["stats"]["statements_dropped"] == 0
+    md = result.markdown_path.read_text()
+    assert md.split("## Answer")[1].split("##")[0].strip().startswith("**Lisbon.** [")
+    assert "### Who founded Alpha Corp? Jane Roe" in md and "- Jane Roe was born in Lisbon in 1870. [" in md
+    # The direct answer and what it cites are those of the run with the writer.
+    writer = run_fake(flow_settings, tmp_path / "writer", FakeEngine(script()))
+    assert writer.report["short_answer"] == report["short_answer"]
+    assert writer.report["answer_claims"] == report["answer_claims"]
+
+
+def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them():
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import OTHER_CLAIMS, outline
+
+    def claim(cid, text, *nodes):
+        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
+                           node_ids=list(nodes))
+
+    nodes = [NodeState(id="q1", question="Who founded the Ardmore Press?", answer="Marta Olsen"),
+             NodeState(id="q2", question="Where was #1 born?", resolved="Where was Marta Olsen born?",
+                       answer="Kessel", depends_on=["q1"]),
+             NodeState(id="q3", question="Where was the founder of the Ardmore Press born?", whole_question=True,
+                       answer="Velka"),
+             NodeState(id="q4", question="What did she print?", answer="Maps", answer_superseded=True)]
+    confirmed = [claim("m2", "Marta Olsen was born in Kessel.", "q2", "q1"),
+                 claim("m1", "Marta Olsen founded the Ardmore Press.", "q1"),
+                 claim("m3", "The Ardmore Press printed maps.", "q4"),
+                 claim("m4", "Kessel lies on the Velka.", "g9")]
+    syn = outline(confirmed, nodes)
+    assert [(theme, [(st.text, st.claim_ids) for st in sts]) for theme, sts in syn.findings] == [
+        ("Who founded the Ardmore Press? Marta Olsen", [("Marta Olsen was born in Kessel.", ["m2"]),
+                                                        ("Marta Olsen founded the Ardmore Press.", ["m1"])]),
+        ("What did she print?", [("The Ardmore Press printed maps.", ["m3"])]),
+        (OTHER_CLAIMS, [("Kessel lies on the Velka.", ["m4"])])]
+    # The summary: the plan's answers in order, resolved; not a node that only reads, nor a
+    # superseded answer.
+    assert syn.executive_summary == "Who founded the Ardmore Press? Marta Olsen. Where was Marta Olsen born? Kessel."
+    assert syn.answer == "" and syn.open_questions == []
+    assert outline([], nodes).findings == []
 
 
 def test_synthesis_failure_lists_verified_claims(flow_settings, tmp_path):

@@ -28,7 +28,7 @@ from .forms import answer_rests_on, compared
 from .names import names, names_nothing, off_subject
 from .plan import plan_research, repair_checks, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
-from .synthesize import answer_support, claim_contexts, short_answer, synthesize
+from .synthesize import answer_support, claim_contexts, outline, short_answer, synthesize
 from .verify import is_verbatim, verbatim_verdict, verify_claims
 
 @dataclass
@@ -173,6 +173,9 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
                                                 run.checks.switches, compared(run.ctx.question),
                                                 question_read(run, data.nodes))
     with _phase(run, "synthesize"):
+        if not run.settings.pipeline.write_report:
+            data.synthesis = outline(confirmed, data.nodes)
+            return
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)
         except ModelOutputError as exc:

@@ -5,6 +5,10 @@ only those ids: other ids are dropped and counted, and a statement left with no 
 dropped and counted too, so every statement in a report rests on verified, quoted claims.
 Words must rest on them as well: a statement, answer or summary whose content words are
 mostly absent from its claims (and the question) is dropped and counted.
+
+Without the writer (knob ``write_report`` false, the quick profile), ``outline`` lays the
+report out from the run itself, with no model call: the verified claims as worded and checked,
+grouped under the sub-question that found them, each citing itself.
 """
 
 from __future__ import annotations
@@ -194,6 +198,35 @@ def synthesize(run: RunContext, confirmed: list[MergedClaim], direct_answer: str
     draft = run.models.writer.structured(messages, ReportDraft, max_tokens=prompts.REPORT_TOKENS,
                                          purpose="synthesize")
     return check_citations(run, draft, confirmed)
+
+
+OTHER_CLAIMS = "Other verified claims"
+
+
+def outline(confirmed: list[MergedClaim], nodes: list[NodeState]) -> Synthesis:
+    """The report's text without the writer: one finding per sub-question that has confirmed
+    claims (in plan order; its theme the sub-question as researched, with its answer where it
+    has one), each confirmed claim a statement citing itself, listed once, under the first
+    sub-question that found it; claims of no listed sub-question come last. The summary is
+    the sub-questions' answers in plan order ("Who founded the Ardmore Press? Marta Olsen.");
+    the report's own answer is the direct answer it already shows."""
+    order = {node.id: index for index, node in enumerate(nodes)}
+    groups: dict[int, list[CitedStatement]] = {}
+    for claim in confirmed:
+        home = min((order[n] for n in claim.node_ids if n in order), default=len(nodes))
+        groups.setdefault(home, []).append(CitedStatement(text=claim.text, claim_ids=[claim.id]))
+    findings: list[tuple[str, list[CitedStatement]]] = []
+    for index in sorted(groups):
+        if index == len(nodes):
+            theme = OTHER_CLAIMS
+        else:
+            node = nodes[index]
+            answer = node.answer if node.answer and not node.answer_superseded else ""
+            theme = f"{node.asked} {answer}".strip() if answer else node.asked
+        findings.append((" ".join(theme.split()), groups[index]))
+    answered = [f"{' '.join(n.asked.split())} {' '.join(n.answer.split()).rstrip('.')}." for n in nodes
+                if n.answer and not n.answer_superseded and not n.reads_only]
+    return Synthesis(answer="", executive_summary=" ".join(dedupe_text(answered)), findings=findings)
 
 
 def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedClaim]) -> Synthesis:

@@ -167,11 +167,12 @@ def _flow_run(tmp_path: Path, engine, settings=None, models: Models | None = Non
     # relevance check: every page answers every query here, and what is counted is each step's
     # failure, not which claims bear on which node (tests/test_pipeline_flow.py tests that).
     # Every claim is voted on, the ones that are word for word their quote too: what fails
-    # here is the votes.
+    # here is the votes. The writer's call on, so that every call kind of a run happens.
     settings = settings or load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")},
                                          overrides={"pipeline.gap_questions": 1, "pipeline.min_queries": 2,
                                                     "pipeline.max_queries": 2, "pipeline.relevance_threshold": 0.0,
-                                                    "pipeline.name_check": False, "pipeline.vote_verbatim": True})
+                                                    "pipeline.name_check": False, "pipeline.vote_verbatim": True,
+                                                    "pipeline.write_report": True})
     hits = [Hit(url=u, title=u, rank=i + 1) for i, u in enumerate(pages)]
     return research("Where was the founder of Alpha Corp born?", settings,
                     models=models or scripted_models(engine), backend=FakeBackend(hits),

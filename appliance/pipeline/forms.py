@@ -374,7 +374,7 @@ def _choice(question: str) -> list[str]:
 
 
 def _trim_name(span: str) -> str:
-    """A name without the question's own capitalised openers before it ("Are Medici" -> "Medici")."""
+    """A name without the question's own capitalised openers before it ("Are Tarvik" -> "Tarvik")."""
     words = span.split()
     while words and (words[0].lower() in _QUESTION_OPENERS or words[0].lower() in ("the", "a", "an")):
         words = words[1:]

@@ -426,6 +426,7 @@ class ScriptedBackend:
         self.prompts: list[list[dict[str, str]]] = []
         self.budgets: list[int] = []
         self.seeds: list[int] = []
+        self.temperatures: list[float] = []
 
     def tokenize(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -444,6 +445,7 @@ class ScriptedBackend:
         self.prompts.append(self._last)
         self.budgets.append(max_tokens)
         self.seeds.append(seed)
+        self.temperatures.append(temperature)
         text, reason = self.outputs.pop(0)
         return Completion(text=text, finish_reason=reason, prompt_tokens=len(tokens),
                           prompt_evaluated=len(tokens), generated_tokens=max(1, len(text) // 4),
@@ -473,6 +475,26 @@ def test_invalid_output_is_retried_with_the_error_shown(tmp_path):
     assert "verdict" in retry_prompt[-1]["content"] and "not valid" in retry_prompt[-1]["content"]
     acc = engine.accounting
     assert (acc.calls, acc.model_calls, acc.retries, acc.failures) == (1, 2, 1, 0)
+
+
+def test_a_greedy_call_retries_invalid_output_sampled_with_a_seed_of_its_own(tmp_path):
+    """Greedy, a model shown its error would often answer the same again: each retry after an
+    invalid answer samples at least at the retry temperature, with a new seed; the first try
+    keeps the call's own, and the same call replays the same attempts."""
+    from appliance.llm.engine import RETRY_TEMPERATURE
+
+    bad = ('{"reason": "x", "verdict": "maybe"}', "stop")
+    engine, backend = scripted(tmp_path, [bad, bad, (GOOD_VOTE, "stop")], **{"llm.temperature": 0.0})
+    assert engine.structured(chat("Claim: ice is cold."), Vote, purpose="vote", temperature=0.0).verdict == "supported"
+    assert backend.temperatures == [0.0, RETRY_TEMPERATURE, RETRY_TEMPERATURE]
+    assert len(set(backend.seeds)) == 3
+    again, replayed = scripted(tmp_path / "again", [bad, bad, (GOOD_VOTE, "stop")], **{"llm.temperature": 0.0})
+    again.structured(chat("Claim: ice is cold."), Vote, purpose="vote", temperature=0.0)
+    assert (replayed.seeds, replayed.temperatures) == (backend.seeds, backend.temperatures)
+    # A call that samples hotter already keeps its own temperature on a retry.
+    hot, hot_backend = scripted(tmp_path / "hot", [bad, (GOOD_VOTE, "stop")])
+    hot.structured(chat("Claim: ice is cold."), Vote, purpose="vote", temperature=0.9)
+    assert hot_backend.temperatures == [0.9, 0.9]
 
 
 def test_retries_are_bounded_and_end_in_model_output_error(tmp_path):

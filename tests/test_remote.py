@@ -179,6 +179,26 @@ def test_the_server_gets_the_contract_without_string_lengths_and_the_answer_is_c
     assert len(script.bodies) == 1 + 1 + engine.settings.llm.max_retries  # the probe, the tries
 
 
+def test_a_greedy_call_retries_invalid_answers_from_the_server_sampled_with_new_seeds(scripted, tmp_path):
+    """A server that does not hold the answer to the contract gives a greedy call the same
+    invalid answer again unless the retry samples: each retry asks at least the retry
+    temperature, with a seed of its own."""
+    from pydantic import Field
+
+    from appliance.llm.engine import RETRY_TEMPERATURE
+
+    class Short(BaseModel):
+        colour: str = Field(max_length=3)
+
+    script = _Script([])
+    engine = _engine(tmp_path, scripted(script))
+    with pytest.raises(ModelOutputError):
+        engine.structured(MSGS, Short, temperature=0.0)   # the scripted server always says "blue"
+    tries = script.bodies[1:]   # after the probe
+    assert [b["temperature"] for b in tries] == [0.0] + [RETRY_TEMPERATURE] * engine.settings.llm.max_retries
+    assert len({b["seed"] for b in tries}) == len(tries)
+
+
 def test_no_valid_output_from_the_server_is_cached_and_a_rerun_replays_it(scripted, tmp_path):
     """A call whose tries all fail validation is stored as failed: a second engine (a rerun)
     raises the same failure with 0 remote calls. A server that is down is not stored."""
@@ -343,6 +363,10 @@ def test_research_end_to_end_through_the_server_and_replay(llama_server, musique
     monkeypatch.setenv("APPLIANCE_MODELS_MANIFEST", str(manifest))
     for role in ROLES:
         monkeypatch.setenv(f"APPLIANCE_MODELS_{role.upper()}", "remote")
+    # This server holds answers to JSON form only, not to the contract's string lengths: read
+    # greedily, the 135M model's plan names its sub-questions with over-long ids on every try.
+    # Sampled, as a user with a weak model behind such a server would set it, it plans.
+    monkeypatch.setenv("APPLIANCE_LLM_TEMPERATURE", "0.3")
     args = ["research", "Who founded the company that makes the Xbox?", "--profile", "quick",
             "--corpus", corpus, "--backend", "corpus", "--out", str(tmp_path / "reports"), "--json"]
     first = CliRunner().invoke(main, args)

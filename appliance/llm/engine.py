@@ -37,6 +37,9 @@ _ROLES = ("system", "user", "assistant")
 _TRIM_ROUNDS = 6
 # Sampling temperature of a retry after a repetition stop (when the call's own is lower).
 _LOOP_TEMPERATURE = 0.8
+# Sampling temperature of a retry after invalid output (when the call's own is lower): read
+# greedily, a small model shown its error often gives the same answer again.
+RETRY_TEMPERATURE = 0.3
 # ...which also may not repeat a sequence of this many tokens inside one string.
 _LOOP_NGRAM = 4
 
@@ -179,6 +182,7 @@ class Engine(CallCounting):
         current = messages
         raws: list[str] = []
         tries = 1 + max(0, int(self.settings.llm.max_retries))
+        invalid = 0  # answers given so far that did not validate
         for _ in range(tries):
             with self._lock:
                 self._check_grammar(grammar, schema.__name__)
@@ -187,10 +191,11 @@ class Engine(CallCounting):
                 # and no repeated n-grams inside a string.
                 loops = record.repetition_stops
                 escape = {"no_repeat_ngram": _LOOP_NGRAM} if loops else {}
+                temperature, call_seed = retry_sampling(sampling.temperature, seed + loops, invalid)
                 out = self.backend.complete(fitted.tokens, grammar=grammar, max_tokens=budget,
-                                            temperature=(max(sampling.temperature, _LOOP_TEMPERATURE)
-                                                         if loops else sampling.temperature),
-                                            top_p=sampling.top_p, seed=seed + loops, stop=fitted.stop,
+                                            temperature=(max(temperature, _LOOP_TEMPERATURE)
+                                                         if loops else temperature),
+                                            top_p=sampling.top_p, seed=call_seed, stop=fitted.stop,
                                             **escape)
             self._count_attempt(record, out, fitted)
             raw = out.text.strip()
@@ -218,6 +223,7 @@ class Engine(CallCounting):
             try:
                 return schema.model_validate_json(raw), raw
             except ValidationError as exc:
+                invalid += 1
                 current = messages + invalid_feedback(record, raw, exc)
         raise no_valid_output(f"model '{self.name}'", schema, record, raws)
 
@@ -392,6 +398,16 @@ def _complete(raw: str, schema: type[BaseModel]) -> bool:
 
 
 CUT_OFF_NOTE = "Your answer was cut off because it was too long. Answer again, much shorter, as JSON only."
+
+
+def retry_sampling(temperature: float, seed: int, invalid: int) -> tuple[float, int]:
+    """The temperature and seed of an attempt after ``invalid`` answers that did not validate:
+    the call's own at first; then at least ``RETRY_TEMPERATURE``, each retry with a seed of its
+    own, so that a greedy call shown its error can answer otherwise (a function of the call
+    alone, so replay stays exact)."""
+    if not invalid:
+        return temperature, seed
+    return max(temperature, RETRY_TEMPERATURE), seed + 1000 * invalid
 
 
 def invalid_feedback(record: CallRecord, raw: str, exc: ValidationError) -> list[dict[str, str]]:

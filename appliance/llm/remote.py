@@ -26,7 +26,7 @@ from ..errors import ModelError, ModelOutputError, UsageError
 from .accounting import CallCounting, CallRecord
 from .cache import CallCache, call_key
 from .engine import (CUT_OFF_NOTE, _check_messages, _feedback, derive_seed, invalid_feedback, no_valid_output,
-                     replay_cached)
+                     replay_cached, retry_sampling)
 from .grammar import schema_json
 from .manifest import ModelEntry, RemoteSpec
 
@@ -232,9 +232,11 @@ class RemoteEngine(CallCounting):
                   temperature: float, top_p: float, seed: int, record: CallRecord) -> tuple[M, str]:
         current = messages
         raws: list[str] = []
+        invalid = 0  # answers given so far that did not validate (a cut-off one included)
         for _ in range(1 + max(0, int(self.settings.llm.max_retries))):
+            attempt_temperature, attempt_seed = retry_sampling(temperature, seed, invalid)
             body = self._body(current, schema_obj, schema.__name__, max_tokens=budget,
-                              temperature=temperature, top_p=top_p, seed=seed)
+                              temperature=attempt_temperature, top_p=top_p, seed=attempt_seed)
             started = time.monotonic()
             with self._slot_gate():
                 raw, finish, usage = self._complete(body)
@@ -248,6 +250,7 @@ class RemoteEngine(CallCounting):
             try:
                 return schema.model_validate_json(raw), raw
             except ValidationError as exc:
+                invalid += 1
                 if finish == "length":
                     record.truncations += 1
                     record.errors.append(f"the output was cut off at its budget of {budget} tokens")

@@ -4,6 +4,8 @@ runs them end to end in tests/test_eval.py."""
 
 from __future__ import annotations
 
+import pytest
+
 from appliance.contracts import Hit, IterativeStep, ShortAnswer, Source
 from appliance.errors import ModelOutputError
 from appliance.evaluation import baselines
@@ -107,6 +109,7 @@ def test_a_choice_is_answered_with_one_of_its_two_in_every_mode():
     assert offered_choice("Were Lake Ormund and Lake Tarn both dammed?") == []
     assert offered_choice("Is Lake Ormund older than Lake Tarn?") == []
     assert offered_choice(question, Switches({"answer-choice"})) == []
+
     seen = {}
 
     def answer(messages, seed):
@@ -123,3 +126,25 @@ def test_a_choice_is_answered_with_one_of_its_two_in_every_mode():
     off = baselines.rag(question, writer=engine, backend=Collection(), fetcher=Fetcher(), temperature=0.0,
                         switches=Switches({"answer-choice"}))
     assert engine.schemas[-1][1] is ShortAnswer and off.fired == []
+
+
+@pytest.mark.parametrize("question,choices", [
+    # Two names joined by "and" offer a choice where the question asks which one is first,
+    # more or -er, and names them as its subject or after "between", "of" or a comma.
+    ("Lake Ormund and Lake Tarn were dammed in which years; which was dammed first?", ["Lake Ormund", "Lake Tarn"]),
+    ("Between Lake Ormund and Lake Tarn, which is deeper?", ["Lake Ormund", "Lake Tarn"]),
+    ("Which of Lake Ormund and Lake Tarn holds more water?", ["Lake Ormund", "Lake Tarn"]),
+    ("Who was born later, Ida Brandt and Jon Lindqvist?", ["Ida Brandt", "Jon Lindqvist"]),
+    # No choice: nothing ranked, a question about both or what they share, a yes/no question,
+    # or two names that are parts of one fact.
+    ("Between Lake Ormund and Lake Tarn, which town lies?", []),
+    ("Which river feeds both Lake Ormund and Lake Tarn more water?", []),
+    ("Which county are Lake Ormund and Lake Tarn in, the larger one?", []),
+    ("Are Lake Ormund and Lake Tarn deeper than the sea?", []),
+    ("Which engineer dammed Lake Ormund and Lake Tarn first?", []),
+    ("Which dam, built by Ida Brandt and Jon Lindqvist, is the largest?", []),
+])
+def test_a_choice_named_with_and_is_offered_only_when_the_question_ranks_the_two(question, choices):
+    from appliance.pipeline.forms import offered_choice
+
+    assert offered_choice(question) == choices

@@ -26,7 +26,10 @@ from fakes import FakeBackend, FakeEngine, FakeFetcher
     ("Which came first, the founding of Radio Ardmore or the birth of Ida Brandt?", ["Radio Ardmore", "Ida Brandt"]),
     ("Is Velka Radio older than Ardmore FM?", ["Velka Radio", "Ardmore FM"]),
     ("What do Ida Brandt and Jon Lindqvist have in common?", ["Ida Brandt", "Jon Lindqvist"]),
+    ("The Velka Bridge and Ardmore Pier were built when; which came first?", ["Velka Bridge", "Ardmore Pier"]),
+    ("Who sold more records, Ida Brandt and Jon Lindqvist?", ["Ida Brandt", "Jon Lindqvist"]),
     # Not comparisons: two names of one fact, or no two names at all.
+    ("Who founded Radio Ardmore and Velka FM first?", []),
     ("Which station was founded by Ida Brandt and Jon Lindqvist in 1931?", []),
     ("Where was the founder of Radio Ardmore born?", []),
     ("Would you rather have apples or pears?", []),
@@ -64,7 +67,7 @@ PAGES = {
 QUESTION = "Were Ida Brandt and Jon Lindqvist both engineers?"
 
 
-def _script(answer: str, with_lindqvist: bool = True):
+def _script(answer: str, with_lindqvist: bool = True, sides: bool = False):
     def extract(messages, seed):
         text = messages[-1]["content"]
         claims = []
@@ -76,14 +79,22 @@ def _script(answer: str, with_lindqvist: bool = True):
                        "quote": "Jon Lindqvist was a painter of harbour scenes in Port Ardmore", "importance": "central"}]
         return Extraction(source_quality="primary", claims=claims)
 
+    def node_answer(messages, seed):
+        if not sides:
+            return ShortAnswer(answer="engineers")
+        return ShortAnswer(answer="No" if "Was Jon Lindqvist" in messages[-1]["content"] else "Yes")
+
+    both = [PlanNode(id="q1", question="Which professions did Ida Brandt and Jon Lindqvist have?"),
+            PlanNode(id="q2", question="Were Ida Brandt and Jon Lindqvist engineers?")]
+    each = [PlanNode(id="q1", question="Was Ida Brandt an engineer?"),
+            PlanNode(id="q2", question="Was Jon Lindqvist an engineer?")]
     return {
-        # The plan asks about both at once: the compared nodes research each side.
-        "plan": lambda m, s: Plan(effort=1, nodes=[
-            PlanNode(id="q1", question="Which professions did Ida Brandt and Jon Lindqvist have?"),
-            PlanNode(id="q2", question="Were Ida Brandt and Jon Lindqvist engineers?")]),
+        # The plan asks about both at once (the compared nodes research each side), or with
+        # ``sides`` about each side alone.
+        "plan": lambda m, s: Plan(effort=1, nodes=each if sides else both),
         "queries": lambda m, s: SearchQueries(queries=["brandt lindqvist"]),
         "extract": extract,
-        "node-answer": lambda m, s: ShortAnswer(answer="engineers"),
+        "node-answer": node_answer,
         "answer": lambda m, s: ShortAnswer(answer=answer),
         "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
         "gaps": lambda m, s: GapQuestions(questions=[]),
@@ -92,19 +103,22 @@ def _script(answer: str, with_lindqvist: bool = True):
     }
 
 
-def _run(tmp_path, answer: str, with_lindqvist: bool = True, disabled=(), question: str = QUESTION):
+def _run(tmp_path, answer: str, with_lindqvist: bool = True, disabled=(), question: str = QUESTION,
+         sides: bool = False):
     settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")}, overrides={
         "pipeline.quote_sentences": False, "pipeline.question_sources": 0, "pipeline.gap_questions": 0,
         "pipeline.relevance_threshold": 0.0, "checks.disabled": list(disabled)})
     harbour = [Hit(url="http://c.test/harbour", title="Harbour", rank=1)]
     hits = {"Which professions did Ida Brandt and Jon Lindqvist have?": harbour,
             "Were Ida Brandt and Jon Lindqvist engineers?": harbour,
+            "Was Ida Brandt an engineer?": [Hit(url="http://a.test/brandt", title="Ida Brandt", rank=1)],
+            "Was Jon Lindqvist an engineer?": [Hit(url="http://b.test/lindqvist", title="Jon Lindqvist", rank=1)],
             "Ida Brandt engineers": [Hit(url="http://a.test/brandt", title="Ida Brandt", rank=1)],
             "Jon Lindqvist engineers": [Hit(url="http://b.test/lindqvist", title="Jon Lindqvist", rank=1)]}
     for name, url in (("Ida Brandt", "http://a.test/brandt"), ("Jon Lindqvist", "http://b.test/lindqvist")):
         other = ["Jon Lindqvist" if name == "Ida Brandt" else "Ida Brandt"]
         hits.setdefault(compared_query(name, question, other), [Hit(url=url, title=name, rank=1)])
-    engine = FakeEngine(_script(answer, with_lindqvist))
+    engine = FakeEngine(_script(answer, with_lindqvist, sides))
     backend = FakeBackend(hits)
     models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
     result = research(question, settings, models=models, backend=backend, fetcher=FakeFetcher(PAGES),
@@ -188,3 +202,41 @@ def test_a_choice_of_which_came_first_is_decided_by_the_years_of_each_side():
     assert checked_answer("unknown", evidence, first) == ("Ardmore Pier", ["answer-dates"])
     assert checked_answer("Ardmore Pier", evidence, first) == ("Ardmore Pier", [])
     assert checked_answer("Velka Bridge", evidence, first, Switches({"answer-dates"})) == ("Velka Bridge", [])
+
+
+@pytest.mark.parametrize("question,sides,answer", [
+    ("Were Ida Brandt and Jon Lindqvist both engineers?", [["Yes"], ["No"]], "No"),
+    ("Were Ida Brandt and Jon Lindqvist both engineers?", [["yes."], ["Yes"]], "Yes"),
+    ("Are Velka United and Ardmore Town in the same league?", [["Northern League"], ["Coastal Cup"]], "No"),
+    ("Are Velka United and Ardmore Town in the same league?", [["the Northern League"], ["Northern League"]], "Yes"),
+    # Nothing decided: a side unanswered, answers of the wrong kind, a question about one of
+    # the two or comparing them, or no yes/no question at all.
+    ("Were Ida Brandt and Jon Lindqvist both engineers?", [["Yes"], []], ""),
+    ("Were Ida Brandt and Jon Lindqvist both engineers?", [["Yes"], ["a painter"]], ""),
+    ("Are Velka United and Ardmore Town in the same league?", [["Yes"], ["No"]], ""),
+    ("Was either Ida Brandt or Jon Lindqvist an engineer?", [["Yes"], ["No"]], ""),
+    ("Is Velka United older than Ardmore Town?", [["Yes"], ["No"]], ""),
+    ("Which league are Velka United and Ardmore Town in?", [["Northern League"], ["Coastal Cup"]], ""),
+])
+def test_a_yes_or_no_about_two_is_what_the_answers_about_each_side_decide(question, sides, answer):
+    from appliance.pipeline.forms import composed_answer
+
+    assert composed_answer(question, sides) == answer
+
+
+def test_the_sides_answers_overrule_the_models_yes_in_the_pipeline(tmp_path):
+    """Check answer-composed in a run: the plan asks about each side alone, their answers are
+    yes and no, and the model's yes to "both" becomes no, citing a verified fact of each side;
+    switched off, the model's answer stands."""
+    result, _, _ = _run(tmp_path, "Yes", sides=True)
+    report = result.report
+    assert [n["answer"] for n in report["plan"]["nodes"] if n["id"] in ("q1", "q2")] == ["Yes", "No"]
+    assert report["short_answer"] == "No"
+    assert {"check": "answer-composed", "on": "answer", "answer": "Yes", "composed": "No"} in report["checks"]["fired"]
+    cited = [c["text"] for c in report["claims"] if c["id"] in report["answer_claims"]]
+    assert any("Ida Brandt" in t for t in cited) and any("Jon Lindqvist" in t for t in cited)
+    off, _, _ = _run(tmp_path / "off", "Yes", sides=True, disabled=["answer-composed"])
+    assert off.report["short_answer"] == "Yes" and "answer-composed" not in off.report["stats"]["checks"]
+    # The model already agreeing with the sides: nothing fires.
+    agreed, _, _ = _run(tmp_path / "agreed", "No", sides=True)
+    assert agreed.report["short_answer"] == "No" and "answer-composed" not in agreed.report["stats"]["checks"]

@@ -143,6 +143,11 @@ CHECKS: tuple[Check, ...] = (
           "question when the gap round's step found the verified evidence short of answering it "
           "and named a further search.",
           "gaps:asks_the_question", ("pipeline.gap_questions",)),
+    Check("answer-composed", "answer",
+          "Answers a yes/no question about two named things joined by and with what the answers "
+          "of the sub-questions about each alone decide: yes only if both are yes, and for a "
+          "question whether the two share something, no unless their two answers name one thing.",
+          "forms:composed_answer"),
     Check("answer-both-sides", "answer",
           "Drops a yes or no answer to a question comparing two named things unless a verified "
           "claim names each of them.",

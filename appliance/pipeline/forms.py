@@ -238,6 +238,9 @@ _THAN = re.compile(rf"(?P<a>{_NAME_SPAN})\s+(?:[a-z]+\s+){{1,3}}than\s+(?:[a-z]+
 # "Both X and Y ...", "... X and Y ... the same ...?", "What do X and Y have in common?").
 _BOTH = re.compile(r"\b(both|same|in common|each|either|neither|between|respective|respectively)\b",
                    re.IGNORECASE)
+# A question about what two things share, not a choice of one of them.
+_SHARED = re.compile(r"\b(both|same|in common|each|either|neither|respective|respectively|together|share|shared)\b",
+                     re.IGNORECASE)
 # Capitalised words a question opens with or that are no names ("Which", "Are", ...).
 _QUESTION_OPENERS = frozenset("""which who what whose when where why how is are was were am do does did
 can could will would shall should has have had may might must both between""".split())
@@ -257,6 +260,9 @@ def compared(question: str) -> list[str]:
             continue
         if match.group("op") == "or" or _BOTH.search(text):
             return [a, b]
+    choice = _choice(text)  # "X and Y were founded when; which came first?"
+    if choice:
+        return choice
     than = _THAN.search(text)
     if than:
         a, b = _trim_name(than.group("a")), _trim_name(than.group("b"))
@@ -362,25 +368,105 @@ def held_answer(question: str, evidence: str | None, switches: Switches = ALL_ON
     return HeldAnswer(choices, [] if choices else named_countries(question, evidence, switches))
 
 
+# A question that asks which of two things is more so ("Which is taller, ...?", "Who sold more
+# records, ...?"): a word that ranks, besides the order words of ``asked_order``.
+_RANKS = re.compile(r"\b(more|most|less|least|fewer|fewest|better|best|worse|worst|(?:larg|bigg|small|tall|"
+                    r"short|long|high|low|great|wid|deep|heavi|light|fast|slow|clos|near|farth|further|"
+                    r"rich|popular|famous)(?:er|est))\b", re.IGNORECASE)
+# A question that asks for one thing by name ("Which ...", "Who ...", "What author ...").
+_ASKS_ONE = re.compile(r"\b(which|who|whom|whose|what)\b", re.IGNORECASE)
+# Two names joined by "and" are the things to choose from only where they open the question
+# or follow a comma, "between" or "of" ("Between X and Y, which ...", "Which is older, X and
+# Y?"); after a verb or "by" they are parts of one fact ("Who founded X and Y first?").
+_CHOICE_LEADS = frozenset(("between", "of"))
+
+
 def _choice(question: str) -> list[str]:
+    """The two named things ``question`` asks to choose between: an "X or Y" pair; or, in a
+    question asking which one is first, more or -er (never a yes/no question, nor one about
+    both, the same or what they share), the two things it names joined by "and" as its subject
+    or after "between" / "of" ("The Velka Bridge and Ardmore Pier were built when; which came
+    first?", "Between Ida Brandt and Jon Lindqvist, who was born later?"). Two names after a verb
+    or "by" are parts of one fact ("Which album by Ida and Jon sold more copies?")."""
     text = " ".join(question.split())
+    pairs = []
     for match in _PAIR.finditer(text):
-        if match.group("op") != "or":
-            continue
         a, b = _trim_name(match.group("a")), _trim_name(match.group("b"))
-        if a and b and a.lower() != b.lower():
+        if not a or not b or a.lower() == b.lower():
+            continue
+        if match.group("op") == "or":
             return [a, b]
-    return []
+        pairs.append((match, a, b))
+    if not pairs or is_yes_no(text) or not _ASKS_ONE.search(text):
+        return []
+    if not (asked_order(text) or _RANKS.search(text)) or _SHARED.search(text):
+        return []
+    match, a, b = pairs[0]
+    lead = text[:match.start("a") + max(match.group("a").find(a), 0)].split()
+    while lead and lead[-1].lower() in ("the", "a", "an"):
+        lead.pop()
+    if lead and not lead[-1].endswith((",", ";", ":")) and lead[-1].lower() not in _CHOICE_LEADS:
+        return []
+    return [a, b]
 
 
 def _trim_name(span: str) -> str:
     """A name without the question's own capitalised openers before it ("Are Tarvik" -> "Tarvik")."""
     words = span.split()
-    while words and (words[0].lower() in _QUESTION_OPENERS or words[0].lower() in ("the", "a", "an")):
+    while words and (words[0].lower() in _QUESTION_OPENERS or words[0].lower() in ("the", "a", "an", "of")):
         words = words[1:]
     while words and words[-1].lower() in _QUESTION_OPENERS | {"the", "of"}:
         words = words[:-1]
     return " ".join(words).strip(" ,?")
+
+
+def names_alone(text: str, item: str, items: list[str]) -> bool:
+    """Whether ``text`` names the compared thing ``item`` and none of the other ``items``
+    (a sub-question about one side of a comparison)."""
+    from .names import names
+
+    mine = names(item, openers=True)
+    said = names(text, openers=True)
+    return mine <= said and not any(names(o, openers=True) <= said for o in items if o != item)
+
+
+# A yes/no question about two things that asks whether they share a property ("Are X and Y in
+# the same league?"), not whether each has it.
+_SAME = re.compile(r"\b(same|in common)\b", re.IGNORECASE)
+# A yes/no question that asks about one of two, or compares them, is no conjunction.
+_NOT_CONJUNCTION = re.compile(r"\b(either|neither|than|or)\b", re.IGNORECASE)
+
+
+def _one_thing(a: str, b: str) -> bool:
+    """Whether two short answers name one thing: every content word of the shorter is in the
+    other, as written ("the Northern League" and "Northern League"; "Kessel County, Norway" and
+    "Kessel County"), not merely a stem ("Austria" is not "Australia")."""
+    words = sorted((content_words(a), content_words(b)), key=len)
+    return bool(words[0]) and words[0] <= words[1]
+
+
+def composed_answer(question: str, side_answers: list[list[str]]) -> str:
+    """Check answer-composed: the yes or no that the answers about each side of a yes/no
+    question on two things joined by "and" decide, or "" when they decide nothing.
+    ``side_answers`` holds, per compared thing, the answers of the sub-questions about it alone.
+    "Are Ida Brandt and Jon Lindqvist both engineers?" is yes only when each side's answer is
+    yes; "Are Velka United and Ardmore Town in the same league?" is no when one side's league
+    ("Northern League") is not the other's ("Coastal Cup"), yes when both name one thing. A
+    small model reading both sides' facts at once often says yes to a question whose two
+    halves it has just answered differently."""
+    if not is_yes_no(question) or _NOT_CONJUNCTION.search(question) or len(side_answers) != 2:
+        return ""
+    firsts = [" ".join(a[0].split()).rstrip(".").lower() if a else "" for a in side_answers]
+    if not all(firsts):
+        return ""
+    yes_no = [bool(_YES_NO.fullmatch(a)) for a in firsts]
+    if _SAME.search(question):
+        if any(yes_no):
+            return ""
+        return "Yes" if _one_thing(*firsts) else "No"
+    if not all(yes_no):
+        return ""
+    return "Yes" if all(a == "yes" for a in firsts) else "No"
 
 
 def compared_query(item: str, question: str, others: list[str]) -> str:

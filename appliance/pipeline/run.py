@@ -24,8 +24,8 @@ from .checks import CHECKS
 from .dedup import ClaimPool, rank_claims
 from .gaps import gap_nodes
 from .gather import gather
-from .forms import answer_rests_on, compared
-from .names import names, names_nothing, off_subject
+from .forms import answer_rests_on, compared, names_alone
+from .names import names_nothing, off_subject
 from .plan import plan_research, repair_checks, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
 from .synthesize import answer_support, claim_contexts, outline, short_answer, synthesize
@@ -195,14 +195,7 @@ def with_compared_nodes(nodes: list[NodeState], question: str, sources: int) -> 
         return nodes
     out = list(nodes)
     for item in items:
-        others = [names(o, openers=True) for o in items if o != item]
-        mine = names(item, openers=True)
-
-        def alone(node: NodeState) -> bool:
-            said = names(node.question, openers=True)
-            return mine <= said and not any(other <= said for other in others)
-
-        if any(alone(n) for n in nodes):
+        if any(names_alone(n.question, item, items) for n in nodes):
             continue
         out.append(NodeState(id=_fresh_node_id(out), question=f"About {item}: {question}", compares=item))
     return out

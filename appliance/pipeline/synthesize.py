@@ -17,7 +17,7 @@ from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Syn
 from . import prompts
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
-from .forms import answer_rests_on, compared, echoes_example, held_answer, is_yes_no
+from .forms import answer_rests_on, compared, composed_answer, echoes_example, held_answer, is_yes_no, names_alone
 from .gather import answer_checked, dedupe_text
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
@@ -108,12 +108,23 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
         return ""
     answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
     items = compared(run.ctx.question)
+    composed = composed_answer(run.ctx.question, side_answers(nodes or [], items))
+    if composed and run.checks.applies("answer-composed", lambda: composed.lower() != answer.lower(),
+                                       on="answer", answer=answer, composed=composed):
+        answer = composed
     if answer and is_yes_no(run.ctx.question) and run.checks.applies(
             "answer-both-sides", lambda: not both_sides(confirmed, items), on="answer", answer=answer):
         answer = ""
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
+
+
+def side_answers(nodes: list[NodeState], items: list[str]) -> list[list[str]]:
+    """Per compared thing, the answers of the sub-questions about it alone, in plan order
+    (a sub-question whose answer was superseded, or that has none, gives none)."""
+    return [[n.answer for n in nodes if n.answer and not n.answer_superseded and not n.reads_only
+             and names_alone(n.asked, item, items)] for item in items]
 
 
 def about_item(claim: MergedClaim, item: str) -> bool:

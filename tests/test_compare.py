@@ -54,6 +54,10 @@ def test_each_compared_thing_no_sub_question_researches_alone_gets_a_node():
     planned = [NodeState(id="q1", question="What did Ida Brandt study?"),
                NodeState(id="q2", question="What were Ida Brandt and Jon Lindqvist?")]
     assert [n.compares for n in with_compared_nodes(planned, question, 2)] == ["", "", "Jon Lindqvist"]
+    # A possessive names its owner: both sides researched alone, nothing added.
+    planned = [NodeState(id="q1", question="What was Ida Brandt's trade?"),
+               NodeState(id="q2", question="What was Jon Lindqvist’s trade?")]
+    assert with_compared_nodes(planned, question, 2) == planned
     # Nothing compared, or the knob at 0: the plan as it is.
     assert with_compared_nodes(planned, "Where did Ida Brandt study?", 2) == planned
     assert with_compared_nodes(planned, question, 0) == planned
@@ -240,3 +244,26 @@ def test_the_sides_answers_overrule_the_models_yes_in_the_pipeline(tmp_path):
     # The model already agreeing with the sides: nothing fires.
     agreed, _, _ = _run(tmp_path / "agreed", "No", sides=True)
     assert agreed.report["short_answer"] == "No" and "answer-composed" not in agreed.report["stats"]["checks"]
+
+
+def test_a_side_named_in_full_with_a_middle_name_is_still_that_side():
+    """The compared thing's words, not its initials, must be named: "Ida Marta Brandt" is Ida
+    Brandt for the sub-questions about one side, the facts cited for each side, and the years
+    that decide which came first."""
+    from appliance.contracts import MergedClaim, QuoteRef
+    from appliance.pipeline.forms import dated_choice, names_alone
+    from appliance.pipeline.synthesize import about_item, both_sides
+
+    items = ["Ida Brandt", "Jon Lindqvist"]
+    assert names_alone("Where was Ida Marta Brandt born?", "Ida Brandt", items)
+    assert not names_alone("Where were Ida Marta Brandt and Jon Erik Lindqvist born?", "Ida Brandt", items)
+    def merged(cid: str, text: str, url: str) -> MergedClaim:
+        return MergedClaim(id=cid, text=text, importance="central", source_quality="secondary",
+                           quotes=[QuoteRef(source_url=url, quote=text)], members=[cid], node_ids=["q1"])
+
+    claim = merged("m1", "Ida Marta Brandt (1901-1980) was a marine engineer.", "http://a.test/brandt")
+    assert about_item(claim, "Ida Brandt") and not about_item(claim, "Jon Lindqvist")
+    other = merged("m2", "Jon Erik Lindqvist was a painter.", "http://b.test/lindqvist")
+    assert both_sides([claim, other], items)
+    assert dated_choice("Who was born first, Ida Brandt or Jon Lindqvist?",
+                        "Ida Marta Brandt was born in 1901.\nJon Erik Lindqvist was born in 1899.") == "Jon Lindqvist"

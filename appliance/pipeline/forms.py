@@ -298,7 +298,7 @@ def dated_choice(question: str, evidence: str | None) -> str:
 
     order = asked_order(question)
     choices = _choice(question) if order and evidence else []
-    wanted = [names(c, openers=True) - GENERIC_NAMES for c in choices]
+    wanted = [names(c, openers=True, acronyms=False) - GENERIC_NAMES for c in choices]
     if len(choices) != 2 or not all(wanted) or not evidence:
         return ""
     earliest: list[int | None] = [None, None]
@@ -420,14 +420,18 @@ def _trim_name(span: str) -> str:
     return " ".join(words).strip(" ,?")
 
 
+_POSSESSIVE = re.compile(r"(\w)['’]s\b")
+
+
 def names_alone(text: str, item: str, items: list[str]) -> bool:
     """Whether ``text`` names the compared thing ``item`` and none of the other ``items``
-    (a sub-question about one side of a comparison)."""
+    (a sub-question about one side of a comparison): "What is Ida Brandt's trade?" and "Where
+    was Ida Marta Brandt born?" name Ida Brandt."""
     from .names import names
 
-    mine = names(item, openers=True)
-    said = names(text, openers=True)
-    return mine <= said and not any(names(o, openers=True) <= said for o in items if o != item)
+    mine = names(item, openers=True, acronyms=False)
+    said = names(_POSSESSIVE.sub(r"\1", text), openers=True)
+    return mine <= said and not any(names(o, openers=True, acronyms=False) <= said for o in items if o != item)
 
 
 # A yes/no question about two things that asks whether they share a property ("Are X and Y in

@@ -128,8 +128,9 @@ def side_answers(nodes: list[NodeState], items: list[str]) -> list[list[str]]:
 
 
 def about_item(claim: MergedClaim, item: str) -> bool:
-    """Whether a claim (its text or a quote) names the compared thing ``item``."""
-    wanted = names(item, openers=True) - GENERIC_NAMES
+    """Whether a claim (its text or a quote) names the compared thing ``item``: each word of its
+    name, not its initials ("Ida Marta Brandt" names Ida Brandt)."""
+    wanted = names(item, openers=True, acronyms=False) - GENERIC_NAMES
     said = names(" ".join([claim.text] + [q.quote for q in claim.quotes]), openers=True)
     return bool(wanted) and all(name_found(n, said) for n in wanted)
 

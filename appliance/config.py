@@ -132,6 +132,7 @@ class PipelineSettings(_Section):
     claims_per_source: Count
     source_chars: Annotated[int, Field(ge=100)]
     quote_sentences: bool
+    restate_claims: bool
     quote_similarity: Annotated[float, Field(gt=0.0, le=1.0)]
     relevance_threshold: Share
     name_check: bool

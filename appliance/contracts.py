@@ -408,19 +408,37 @@ def bounded(schema: type[O], **limits: tuple[int, int]) -> type[O]:
     return cast("type[O]", _BOUNDED[key])
 
 
-def quoting_extraction(max_claims: int, sentences: tuple[str, ...]) -> type[Extraction]:
+def quoting_extraction(max_claims: int, sentences: tuple[str, ...], restate: bool = True) -> type[Extraction]:
     """``Extraction`` whose quotes can only be whole sentences of the source (``sentences``).
 
     The grammar then admits nothing but a verbatim sentence: a small model cannot paraphrase
     its quote. The quote comes before the claim, so the claim restates the chosen sentence.
+    ``restate`` false: no claim is written at all, the chosen sentence is the claim (each
+    item's ``claim`` is its quote).
     """
     from typing import Literal
 
     from pydantic import create_model
 
-    quoted = create_model("QuotedClaim", __base__=_Out,
-                          quote=(Literal[sentences], ...),  # type: ignore[valid-type,arg-type]
-                          claim=(str, Field(max_length=300)),
-                          importance=(Importance, ...))
-    return create_model(f"Extraction_quoted_claims0to{max_claims}", __base__=Extraction,
+    if restate:
+        quoted = create_model("QuotedClaim", __base__=_Out,
+                              quote=(Literal[sentences], ...),  # type: ignore[valid-type,arg-type]
+                              claim=(str, Field(max_length=300)),
+                              importance=(Importance, ...))
+    else:
+        quoted = create_model("QuotedSentence", __base__=_QuotedSentence,
+                              quote=(Literal[sentences], ...))  # type: ignore[valid-type,arg-type]
+    name = f"Extraction_quoted_{'claims' if restate else 'sentences'}0to{max_claims}"
+    return create_model(name, __base__=Extraction,
                         claims=(list[quoted], Field(min_length=0, max_length=max_claims)))  # type: ignore[valid-type]
+
+
+class _QuotedSentence(_Out):
+    """A sentence of the source chosen as evidence, with no restatement: it is the claim."""
+
+    quote: str
+    importance: Importance
+
+    @property
+    def claim(self) -> str:
+        return self.quote

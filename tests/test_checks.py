@@ -453,3 +453,60 @@ def test_question_subject_does_not_fire_when_the_question_names_something(tmp_pa
     result = _lighthouse_run(tmp_path, NAMED)
     assert "question-subject" not in result.report["stats"]["checks"]
     assert "The Velka River runs past Ardmore into the sea." not in _verified_texts(result)
+
+
+def test_sentences_picked_as_claims_are_verified_verbatim_with_no_vote(tmp_path):
+    """``pipeline.restate_claims`` false: the extractor's grammar asks for sentences only (no
+    claim field), each picked sentence is the claim word for word, confirmed as verbatim with
+    no vote call, and the answer cites it; true, the claim is the extractor's own wording and
+    the votes check it."""
+    from appliance.contracts import quoting_extraction
+    from appliance.pipeline.anchor import quotable_sentences
+
+    page = LIGHTHOUSE_PAGES["http://b.test/ardmore"]
+    sentences = quotable_sentences(page)
+    assert set(quoting_extraction(2, sentences, restate=False).model_json_schema()["$defs"]["QuotedSentence"]
+               ["properties"]) == {"quote", "importance"}
+
+    def run(home, restate: bool):
+        def extract(messages, seed):
+            if "Velka River runs past" not in messages[-1]["content"]:
+                return {"source_quality": "blog", "publish_date": None, "claims": []}
+            quote = next(s for s in sentences if "Velka River" in s)
+            item = {"quote": quote, "importance": "central"}
+            if restate:
+                item["claim"] = "The Velka River flows past Ardmore."
+            return {"source_quality": "secondary", "publish_date": None, "claims": [item]}
+
+        script = {
+            "plan": lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Which river runs past Ardmore?")]),
+            "extract": extract,
+            "node-answer": lambda m, s: ShortAnswer(answer="Velka River"),
+            "answer": lambda m, s: ShortAnswer(answer="Velka River"),
+            "vote": lambda m, s: {"reason": "the quote states it", "verdict": "supported"},
+            "next-search": lambda m, s: IterativeStep(known="", next_search=""),
+        }
+        settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(home / "home")}, overrides={
+            "pipeline.restate_claims": restate, "pipeline.min_nodes": 1, "pipeline.plan_draws": 1,
+            "pipeline.gap_questions": 0,
+            "pipeline.question_sources": 0, "pipeline.relevance_threshold": 0})
+        engine = FakeEngine(script)
+        hits = {"Which river runs past Ardmore?": [Hit(url="http://b.test/ardmore", title="Ardmore", rank=1)]}
+        models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+        result = research("Which river runs past the town of Ardmore?", settings, models=models,
+                          backend=FakeBackend(hits), fetcher=FakeFetcher(LIGHTHOUSE_PAGES),
+                          embedder=get_embedder(settings), out_dir=home / "reports")
+        return result, engine
+
+    picked, engine = run(tmp_path / "picked", restate=False)
+    extract_schema = next(schema for purpose, schema in engine.schemas if purpose == "extract")
+    assert "claim" not in extract_schema.model_json_schema()["$defs"]["QuotedSentence"]["properties"]
+    river = "The Velka River runs past Ardmore into the sea."
+    assert _verified_texts(picked) == {river}
+    assert not [p for p, _ in engine.calls if p == "vote"]
+    assert picked.report["short_answer"] == "Velka River"
+    assert [c["text"] for c in picked.report["claims"] if c["id"] in picked.report["answer_claims"]] == [river]
+
+    worded, engine = run(tmp_path / "worded", restate=True)
+    assert _verified_texts(worded) == {"The Velka River flows past Ardmore."}
+    assert [p for p, _ in engine.calls if p == "vote"]

@@ -23,6 +23,8 @@ CALL_SITES = {
 }
 CALL_SITES["quoting"] = (quoting_extraction(2, ("The first sentence is here.",)),
                          {"source_quality": "blog", "publish_date": None, "claims": []}, "claims")
+CALL_SITES["quoting-sentences"] = (quoting_extraction(2, ("The first sentence is here.",), restate=False),
+                                   {"source_quality": "blog", "publish_date": None, "claims": []}, "claims")
 SITES = list(CALL_SITES)
 
 

@@ -212,6 +212,15 @@ def test_sentence_quotes_are_verbatim_with_the_real_model(llm_engine):
     assert quoted, "the model quoted something"
     for quote in quoted:
         assert quote in sentences and find_quote(quote, PASSAGE) is not None
+    # Sentences picked with no claim written (pipeline.restate_claims false): the grammar
+    # compiles and each picked sentence is its own claim.
+    picking = quoting_extraction(3, sentences, restate=False)
+    llm_engine.backend.check_grammar(grammar_for(schema_json(picking)), picking.__name__)
+    messages = prompts.extract(ctx, "What polluted Lake Orta?", "", "Lake Orta", None, PASSAGE, 3,
+                               quote_first=True, restate=False)
+    picked = llm_engine.structured(messages, picking, cache=False, max_tokens=prompts.EXTRACT_TOKENS,
+                                   purpose="test extract").claims
+    assert picked and all(c.quote in sentences and c.claim == c.quote for c in picked)
 
 
 @pytest.mark.slow

@@ -327,9 +327,9 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     sentences = quotable_sentences(text) if settings.quote_sentences else ()
     messages = prompts.extract(run.ctx, node.asked, parent_text, source.title,
                                source.published, text, settings.claims_per_source,
-                               quote_first=bool(sentences))
+                               quote_first=bool(sentences), restate=settings.restate_claims)
     if sentences:  # the grammar admits only the source's own sentences as quotes
-        schema = quoting_extraction(settings.claims_per_source, sentences)
+        schema = quoting_extraction(settings.claims_per_source, sentences, settings.restate_claims)
     else:
         schema = bounded(Extraction, claims=(0, settings.claims_per_source))
     extraction = ask(run, run.models.extractor, messages, schema, max_tokens=prompts.EXTRACT_TOKENS,

@@ -80,9 +80,15 @@ def queries(ctx: Context, node_question: str, earlier: str, count: int) -> Messa
 
 
 def extract(ctx: Context, node_question: str, earlier: str, title: str,
-            published: str | None, text: str, max_claims: int, quote_first: bool = False) -> Messages:
-    """``quote_first``: the schema asks for the quote (a sentence of the source) before the claim."""
-    if quote_first:
+            published: str | None, text: str, max_claims: int, quote_first: bool = False,
+            restate: bool = True) -> Messages:
+    """``quote_first``: the schema asks for the quote (a sentence of the source) before the claim;
+    with ``restate`` false, for the quote alone (the sentence is the claim)."""
+    if quote_first and not restate:
+        how = ("For each claim pick a sentence of the source that bears on the sub-question and "
+               "copy it exactly as quote: the sentence itself is the claim. ")
+        claim = '{"quote": "Dune is a 1965 novel by Frank Herbert.", '
+    elif quote_first:
         how = ("For each claim pick a sentence of the source that bears on the sub-question and "
                "copy it exactly as quote; then write the claim: what that sentence states that "
                "bears on the sub-question, as one short sentence that names its subject, keeps "

@@ -39,6 +39,11 @@ class FakeEngine:
             raise answer
         if not isinstance(answer, dict):
             answer = answer.model_dump(mode="json")
+        if schema.__name__.startswith("Extraction_quoted_sentences") and isinstance(answer.get("claims"), list):
+            # The grammar of an extractor that only picks sentences (pipeline.restate_claims
+            # false) has no claim field: a script's own wording is what the model cannot write.
+            answer = {**answer, "claims": [{k: v for k, v in item.items() if k != "claim"}
+                                           for item in answer["claims"]]}
         try:
             # Validated against the exact (possibly bounded) schema, as the real engine does.
             return schema.model_validate(answer)

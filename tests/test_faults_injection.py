@@ -52,7 +52,10 @@ def test_injected_claim_goes_through_the_votes(outcome, searxng, fixture_site, t
         verdict = "refuted" if injected and outcome == "refuted" else "supported"
         return {"reason": "checked against the quote", "verdict": verdict}
 
-    settings = quick_settings(tmp_path / "home", **{"searxng.url": searxng.url,
+    # The extractor words its claims (pipeline.restate_claims): the injected text reaches the
+    # claim's wording, which the votes check. Picking sentences only, no text but the page's
+    # own sentence can be a claim at all.
+    settings = quick_settings(tmp_path / "home", **{"searxng.url": searxng.url, "pipeline.restate_claims": True,
                                                     "pipeline.restate_killed": outcome != "refuted"})
     engine = FakeEngine(injection_script(votes))
     with Fetcher(settings) as fetcher:

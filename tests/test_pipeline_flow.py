@@ -837,7 +837,7 @@ def _quote_sentences(messages, seed):
 def test_quotes_are_limited_to_the_source_sentences(flow_settings, tmp_path):
     """With pipeline.quote_sentences (the default) the extraction schema, hence the grammar,
     admits as a quote only a sentence of the page shown: every quote is accepted verbatim."""
-    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True})
+    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True, "pipeline.restate_claims": True})
     engine = FakeEngine(script(extract=_quote_sentences))
     result = run_fake(settings, tmp_path, engine)
     schemas = [schema for purpose, schema in engine.schemas if purpose == "extract"]
@@ -855,7 +855,7 @@ def test_quotes_are_limited_to_the_source_sentences(flow_settings, tmp_path):
 def test_an_ungrounded_claim_becomes_its_quote(flow_settings, tmp_path):
     """A claim whose wording is not in its quote (here the prompt's example, echoed) is
     replaced by the quoted sentence, counted, and recorded beside the model's wording."""
-    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True})
+    settings = flow_settings.with_overrides({"pipeline.quote_sentences": True, "pipeline.restate_claims": True})
     sentence = "Alpha Corp was founded in 1901 by Jane Roe in Springfield."
 
     def echo(messages, seed):

@@ -940,6 +940,50 @@ def test_with_no_gaps_the_gap_round_names_its_search_from_the_verified_quotes(fl
     assert result.report["stats"]["model_failures"] == 1
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_gap_that_asks_the_question_again_goes_to_the_next_search_step(flow_settings, tmp_path, enabled):
+    """Check gap-restates: a sub-question that is the question as asked (reworded) found no
+    answer, so its only gap is the question again. Reworded once more it is the same search;
+    the next-search step reads what was verified and names the hop still missing instead.
+    Switched off, the gap goes to the gap prompt as before."""
+    settings = flow_settings.with_overrides({"pipeline.min_nodes": 1})
+    if not enabled:
+        settings = settings.with_overrides({"checks.disabled": ["gap-restates"]})
+    whole = lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Where was the founder of the Alpha Corp born?")])
+    engine = FakeEngine(script(
+        plan=whole, **{"node-answer": lambda m, s: ShortAnswer(answer="unknown"),
+                       "next-search": lambda m, s: IterativeStep(known="Jane Roe founded it.",
+                                                                 next_search="Jane Roe birthplace"),
+                       "gaps": lambda m, s: GapQuestions(questions=["Where was the Alpha Corp founder born?"])}))
+    result = run_fake(settings, tmp_path, engine)
+    purposes = [p for p, _ in engine.calls]
+    [q1] = [n for n in result.report["plan"]["nodes"] if n["id"] == "q1"]
+    assert q1["gaps"] == ["Where was the founder of the Alpha Corp born?"]
+    [gap_node] = [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]]
+    counts = result.report["checks"]["counts"]
+    if enabled:
+        assert "gaps" not in purposes and purposes.count("next-search") == 1, purposes
+        assert gap_node["question"] == "Jane Roe birthplace"
+        assert counts.get("gap-restates") == 1
+    else:
+        assert "next-search" not in purposes and purposes.count("gaps") == 1, purposes
+        assert gap_node["question"] == "Where was the Alpha Corp founder born?"
+        assert "gap-restates" not in counts
+
+
+@pytest.mark.parametrize("gap,question,again", [
+    ("Where was the founder of Alpha Corp born?", "Where was the founder of Alpha Corp born?", True),
+    ("In which town was the founder of Alpha Corp born?", "Where was the founder of Alpha Corp born?", True),
+    ("Who founded Alpha Corp?", "Where was the founder of Alpha Corp born?", False),
+    ("Where was Jane Roe born?", "Where was the founder of Alpha Corp born?", False),
+    ("What did the founder of Alpha Corp study, and where was the founder of Alpha Corp born?",
+     "Where was the founder of Alpha Corp born?", False),
+])
+def test_says_the_question_again(gap, question, again):
+    from appliance.pipeline.gaps import says_the_question_again
+    assert says_the_question_again(gap, question) is again
+
+
 @pytest.mark.parametrize("next_search", ["Jane Roe birthplace", ""])
 def test_an_answer_to_the_whole_question_leaves_the_chain_when_a_further_search_is_named(
         flow_settings, tmp_path, next_search):

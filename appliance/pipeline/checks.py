@@ -103,6 +103,10 @@ CHECKS: tuple[Check, ...] = (
           "Keeps a claim refuted as worded as the sentence it quotes, when that sentence is still "
           "about the research.",
           "run:verify", ("pipeline.restate_killed", "pipeline.refutations_to_kill")),
+    Check("gap-restates", "gather",
+          "Leaves out of the gap round a gap that asks the run's question again: the next-search "
+          "step names the missing hop instead when no other gap is left.",
+          "gaps:says_the_question_again", ("pipeline.gap_questions",)),
     # answer
     Check("answer-choice", "answer",
           "Holds the answer to a question that asks to choose between two named things to one of "

@@ -1,6 +1,6 @@
 """Gaps: one round only. The nodes' open gaps become at most N new sub-questions; where the
-nodes left no gaps (one reading pass each records none), the next hop is named from what was
-verified: one step reads the question and the verified claims' quotes and names the one search
+nodes left no gaps (one reading pass each records none), or their only gap is the question
+itself again, the next hop is named from what was verified: one step reads the question and the verified claims' quotes and names the one search
 still missing (retrieve, read, retrieve again with what was learnt), which becomes one node.
 
 The round is a single step of the orchestrator, never a loop: the new nodes' own gaps are
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..contracts import GapQuestions, IterativeStep, MergedClaim, NodeState, bounded
 from . import prompts
-from .forms import echoes_example
+from .forms import echoes_example, restates
 from .gather import dedupe_text
 from .state import RunContext, ask
 
@@ -26,9 +26,10 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
     """New sub-questions for the gap round: from the nodes' open gaps, else the one search the
     next-search step names (empty when it names none or the round is off)."""
     limit = run.settings.pipeline.gap_questions
-    gaps = collect_gaps(nodes)
     if limit <= 0:
         return []
+    gaps = [gap for gap in collect_gaps(nodes) if not run.checks.applies(
+        "gap-restates", lambda: says_the_question_again(gap, run.ctx.question), on=f"gap {gap!r}")]
     if not gaps:
         return next_search_nodes(run, nodes, confirmed)
     known = "\n".join(f"- {c.text}" for c in confirmed[:MAX_KNOWN])
@@ -52,6 +53,16 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
 
 # Verified quotes the next-search step reads at most (best-ranked first).
 MAX_STEP_QUOTES = 8
+
+
+def says_the_question_again(gap: str, question: str) -> bool:
+    """Check gap-restates: whether a gap asks the run's question again, in its words or nearly
+    (each says the other: "Which river feeds the lake by Tarn?" for "What river feeds the lake
+    near Tarn?"). A node that researched the question as asked and found no answer leaves the
+    question as its gap; reworded, it is the same search again, while the next-search step
+    reads what was verified and names the hop still missing. A gap that asks a part of the
+    question ("Which lake is near Tarn?") is a gap."""
+    return restates(gap, question) and restates(question, gap)
 
 
 def next_search_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedClaim]) -> list[NodeState]:

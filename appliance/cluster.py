@@ -202,7 +202,8 @@ def _shipped_calls(cache: CallCache | None, settings: Settings, item: BatchItem)
 
     if cache is None:
         return []
-    log = state_dir(settings, "runs") / run_id_for(item.question, item.date or today().isoformat()) / "calls.jsonl"
+    run_id = run_id_for(item.question, item.date or today().isoformat(), item.profile or settings.pipeline.profile)
+    log = state_dir(settings, "runs") / run_id / "calls.jsonl"
     try:
         lines = log.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -393,7 +394,8 @@ def answer_on_worker(item: BatchItem, recipe: SettingsRecipe, threads: int,
             files = {p.relative_to(run_dir).as_posix(): p.read_text(encoding="utf-8")
                      for p in sorted(run_dir.rglob("*")) if p.is_file()} if run_dir.is_dir() else {}
             return WorkerAnswer(
-                item_id=item.id, run_id=run_id or run_id_for(item.question, item.date or today().isoformat()),
+                item_id=item.id, run_id=run_id or run_id_for(item.question, item.date or today().isoformat(),
+                                                        item.profile or worker.settings.pipeline.profile),
                 result=result, report_md=md.read_text(encoding="utf-8") if md.is_file() else "",
                 report_json=report_json, run_files=files, calls=list(cache.made),
                 worker={"pid": os.getpid(), "host": socket.gethostname(), "model_loads": _LOADS})

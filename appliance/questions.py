@@ -56,5 +56,13 @@ def pinned_today(env) -> dt.date | None:
                          hint="set it to a date such as 2026-01-31, or unset it for today") from None
 
 
-def run_id_for(question: str, date: str) -> str:
-    return f"{date}-{slugify(question)}"
+# The profile a run id leaves unnamed: the packaged default.
+DEFAULT_PROFILE = "standard"
+
+
+def run_id_for(question: str, date: str, profile: str = DEFAULT_PROFILE) -> str:
+    """``<date>-<slug>``, with ``-<profile>`` after it for any profile but the default: a quick
+    run of a question never overwrites the standard run's report and run folder of the same
+    day (each is resumed on its own)."""
+    suffix = "" if not profile or profile == DEFAULT_PROFILE else f"-{profile}"
+    return f"{date}-{slugify(question)}{suffix}"

@@ -18,7 +18,7 @@ from appliance.pipeline import forms
 from appliance.pipeline.checks import Firings, Switches
 from appliance.pipeline.parts import Models
 from appliance.pipeline.run import research
-from appliance.questions import clean_question, slugify
+from appliance.questions import clean_question, run_id_for, slugify
 from appliance.pipeline.verify import VoteRule, tally
 from appliance.errors import UsageError
 
@@ -1421,6 +1421,27 @@ def test_slugs_are_safe_file_names(question):
     assert slug and "/" not in slug and "\\" not in slug and ".." not in slug
     assert len(slug) <= 60
     assert all(c.isalnum() or c == "-" for c in slug)
+
+
+def test_a_quick_and_a_standard_run_of_one_question_on_one_day_keep_their_own_reports(flow_settings, tmp_path):
+    """The run id names the profile (all but the default): a quick run after a standard one of
+    the same question and day writes its own report and run folder, and overwrites neither."""
+    standard = load_settings(profile="standard", env={"APPLIANCE_HOME": str(flow_settings.home)},
+                             overrides={"pipeline.gap_questions": 1, "pipeline.quote_sentences": False,
+                                        "pipeline.relevance_threshold": 0.0, "pipeline.question_sources": 0})
+    first = run_fake(standard, tmp_path, FakeEngine(script()))
+    second = run_fake(flow_settings, tmp_path, FakeEngine(script()))
+    assert second.report["run_id"] == first.report["run_id"] + "-quick"
+    assert first.report["run_id"] == run_id_for(clean_question("Where was the founder of Alpha Corp born?"),
+                                                first.report["date"])
+    reports = {p.name for p in (tmp_path / "reports").glob("*.json")}
+    assert reports == {f"{first.report['run_id']}.json", f"{second.report['run_id']}.json"}
+    for result, profile in ((first, "standard"), (second, "quick")):
+        written = tmp_path / "reports" / f"{result.report['run_id']}.json"
+        assert json.loads(written.read_text())["profile"] == profile
+    runs = flow_settings.home / "runs"
+    assert (runs / first.report["run_id"] / "plan.json").is_file()
+    assert (runs / second.report["run_id"] / "plan.json").is_file()
 
 
 # ------------------------------------------------------------------ the claims table

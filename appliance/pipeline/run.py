@@ -66,7 +66,7 @@ def research(question: str, settings: Settings, *, models: Models, backend, fetc
 
     question = clean_question(question)
     date = (today or questions.today()).isoformat()
-    run_id = run_id_for(question, date)
+    run_id = run_id_for(question, date, settings.pipeline.profile)
     run_dir = run_dir or state_dir(settings, "runs") / run_id
     recorder = Recorder(run_dir)
     run = RunContext(settings=settings, models=models, backend=backend, fetcher=fetcher,

@@ -940,6 +940,25 @@ def test_with_no_gaps_the_gap_round_names_its_search_from_the_verified_quotes(fl
     assert result.report["stats"]["model_failures"] == 1
 
 
+@pytest.mark.parametrize("gaps", [
+    [], ["Who founded Alpha Corp?"], ["Where was the Alpha Corp founder born?"], fail("gaps")],
+    ids=["none", "already-asked", "the-question-again", "failed"])
+def test_gaps_that_give_no_new_sub_question_go_to_the_next_search_step(flow_settings, tmp_path, gaps):
+    """Open gaps the gap prompt turns into nothing new (no question, one already asked, the
+    question again, or a failed call) still leave the question unanswered: the next-search
+    step names the missing hop, which becomes the gap round's one node."""
+    engine = FakeEngine(script(
+        **{"node-answer": lambda m, s: ShortAnswer(answer="unknown"),
+           "gaps": lambda m, s: GapQuestions(questions=gaps) if isinstance(gaps, list) else gaps,
+           "next-search": lambda m, s: IterativeStep(known="", next_search="Jane Roe birthplace")}))
+    result = run_fake(flow_settings, tmp_path, engine)
+    purposes = [p for p, _ in engine.calls]
+    assert purposes.count("gaps") == 1 and purposes.count("next-search") == 1, purposes
+    [node] = [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]]
+    assert node["question"] == "Jane Roe birthplace"
+    assert result.status == "complete"
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_gap_that_asks_the_question_again_goes_to_the_next_search_step(flow_settings, tmp_path, enabled):
     """Check gap-restates: a sub-question that is the question as asked (reworded) found no

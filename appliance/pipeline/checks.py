@@ -104,8 +104,9 @@ CHECKS: tuple[Check, ...] = (
           "about the research.",
           "run:verify", ("pipeline.restate_killed", "pipeline.refutations_to_kill")),
     Check("gap-restates", "gather",
-          "Leaves out of the gap round a gap that asks the run's question again: the next-search "
-          "step names the missing hop instead when no other gap is left.",
+          "Leaves out of the gap round a gap, or a sub-question drawn from the gaps, that asks the "
+          "run's question again: the next-search step names the missing hop instead when nothing "
+          "else is left.",
           "gaps:says_the_question_again", ("pipeline.gap_questions",)),
     # answer
     Check("answer-choice", "answer",

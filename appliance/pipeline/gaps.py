@@ -1,6 +1,7 @@
 """Gaps: one round only. The nodes' open gaps become at most N new sub-questions; where the
-nodes left no gaps (one reading pass each records none), or their only gap is the question
-itself again, the next hop is named from what was verified: one step reads the question and the verified claims' quotes and names the one search
+nodes left no gaps (one reading pass each records none), their only gap is the question
+itself again, or the gaps give no new sub-question, the next hop is named from what was
+verified: one step reads the question and the verified claims' quotes and names the one search
 still missing (retrieve, read, retrieve again with what was learnt), which becomes one node.
 
 The round is a single step of the orchestrator, never a loop: the new nodes' own gaps are
@@ -23,8 +24,9 @@ def collect_gaps(nodes: list[NodeState]) -> list[str]:
 
 
 def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedClaim]) -> list[NodeState]:
-    """New sub-questions for the gap round: from the nodes' open gaps, else the one search the
-    next-search step names (empty when it names none or the round is off)."""
+    """New sub-questions for the gap round: from the nodes' open gaps, else (no gap, or none
+    that gives a new sub-question) the one search the next-search step names; empty when it
+    names none or the round is off."""
     limit = run.settings.pipeline.gap_questions
     if limit <= 0:
         return []
@@ -36,19 +38,23 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
     messages = prompts.gaps(run.ctx, "\n".join(f"- {g}" for g in gaps[:8]), known, limit)
     out = ask(run, run.models.planner, messages, bounded(GapQuestions, questions=(0, limit)),
               max_tokens=prompts.GAPS_TOKENS, purpose="gaps")
-    if out is None:
-        return []
     asked = {n.question.lower() for n in nodes}
     new: list[NodeState] = []
-    for question in out.questions:
+    for question in out.questions if out is not None else []:
         question = " ".join(question.split())[:300]
         if run.checks.applies("example-echo", lambda: echoes_example(question, run.ctx.question, known, *gaps),
-                       on=f"gap question {question!r}"):
+                              on=f"gap question {question!r}"):
+            continue
+        if run.checks.applies("gap-restates", lambda: says_the_question_again(question, run.ctx.question),
+                              on=f"gap question {question!r}"):
             continue
         if question and question.lower() not in asked and len(new) < limit:
             asked.add(question.lower())
             new.append(NodeState(id=f"g{len(new) + 1}", question=question, from_gap_round=True))
-    return new
+    # Open gaps the prompt turned into nothing new (none, a sub-question already asked, or
+    # its call failed) still leave the question unanswered: the next-search step reads what
+    # was verified and names the hop still missing, as it does when no gap was left.
+    return new or next_search_nodes(run, nodes, confirmed)
 
 
 # Verified quotes the next-search step reads at most (best-ranked first).

@@ -179,6 +179,31 @@ def test_the_server_gets_the_contract_without_string_lengths_and_the_answer_is_c
     assert len(script.bodies) == 1 + 1 + engine.settings.llm.max_retries  # the probe, the tries
 
 
+def test_enum_values_with_double_quotes_or_backslashes_are_sent_safe_and_read_back(scripted, tmp_path):
+    """A quote's source sentence may hold a double quote or a backslash; llama-cpp-python's
+    server escapes them wrongly in its grammar and dies of the parse error. The server is sent
+    them with single quotes and slashes, and the answer is read back as the contract's own
+    value; a value whose safe form is another value already is not offered to the server."""
+    from typing import Literal
+
+    from appliance.llm.remote import restore_enums, server_enums
+
+    class Quoted(BaseModel):
+        pick: Literal['He called it "the end".', "Plain sentence.", "C:\\temp holds it."]
+
+    script = _Script([])
+    engine = _engine(tmp_path, scripted(script))
+    assert engine.structured(MSGS, Quoted).pick == 'He called it "the end".'
+    sent = script.bodies[-1]["response_format"]["json_schema"]["schema"]["properties"]["pick"]["enum"]
+    assert sent == ["He called it 'the end'.", "Plain sentence.", "C:/temp holds it."]
+
+    schema, renamed = server_enums({"enum": ['a "b"', "a 'b'", "c"]})
+    assert schema == {"enum": ["a 'b'", "c"]} and renamed == {}
+    schema, renamed = server_enums({"const": 'x "y"'})
+    assert schema == {"const": "x 'y'"} and restore_enums('{"k": "x \'y\'"}', renamed) == '{"k": "x \\"y\\""}'
+    assert restore_enums("not json", {"a": "b"}) == "not json"
+
+
 def test_a_greedy_call_retries_invalid_answers_from_the_server_sampled_with_new_seeds(scripted, tmp_path):
     """A server that does not hold the answer to the contract gives a greedy call the same
     invalid answer again unless the retry samples: each retry asks at least the retry

@@ -207,8 +207,8 @@ class RemoteEngine(CallCounting):
                 return hit
         try:
             self.probe()
-            instance, raw = self._attempts(msgs, schema, server_schema(json.loads(text)), budget, temp, nucleus,
-                                           seed, record)
+            sent, renamed = server_enums(server_schema(json.loads(text)))
+            instance, raw = self._attempts(msgs, schema, sent, budget, temp, nucleus, seed, record, renamed)
         except Exception as exc:
             record.ok = False
             record.error = getattr(exc, "message", str(exc))
@@ -229,7 +229,8 @@ class RemoteEngine(CallCounting):
         return instance
 
     def _attempts(self, messages: list[dict[str, str]], schema: type[M], schema_obj: dict, budget: int,
-                  temperature: float, top_p: float, seed: int, record: CallRecord) -> tuple[M, str]:
+                  temperature: float, top_p: float, seed: int, record: CallRecord,
+                  renamed: dict[str, str] | None = None) -> tuple[M, str]:
         current = messages
         raws: list[str] = []
         invalid = 0  # answers given so far that did not validate (a cut-off one included)
@@ -245,7 +246,7 @@ class RemoteEngine(CallCounting):
             record.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             record.prompt_evaluated += int(usage.get("prompt_tokens") or 0)
             record.generated_tokens += int(usage.get("completion_tokens") or 0)
-            raw = raw.strip()
+            raw = restore_enums(raw.strip(), renamed or {})
             raws.append(raw)
             try:
                 return schema.model_validate_json(raw), raw
@@ -334,6 +335,67 @@ def server_schema(schema: Any) -> Any:
     if isinstance(schema, list):
         return [server_schema(v) for v in schema]
     return schema
+
+
+# Characters llama-cpp-python's server escapes wrongly inside an enum value when it turns the
+# schema into its grammar: the grammar does not parse and the server process dies of it.
+_UNSAFE_IN_ENUMS = str.maketrans({'"': "'", "\\": "/"})
+
+
+def server_enums(schema: Any) -> tuple[Any, dict[str, str]]:
+    """``schema`` with every enum value that holds a double quote or backslash (a quote's
+    source sentence may: 'He called it "the end".') sent with single quotes and slashes
+    instead, and the map from each value as sent back to the contract's own. A value whose
+    safe form is another value of the same enum is left out of what the server may choose."""
+    renamed: dict[str, str] = {}
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items()}
+        for key in ("enum", "const"):
+            values = out.get(key)
+            many = isinstance(values, list)
+            safe_values: list[Any] = []
+            taken = set(values if many else [values])
+            for value in (values if many else [values]):
+                if isinstance(value, str) and value != value.translate(_UNSAFE_IN_ENUMS):
+                    safe = value.translate(_UNSAFE_IN_ENUMS)
+                    if safe in taken or safe in renamed:
+                        continue
+                    renamed[safe] = value
+                    taken.add(safe)
+                    value = safe
+                safe_values.append(value)
+            if key in out:
+                out[key] = safe_values if many else (safe_values[0] if safe_values else out[key])
+        return out
+
+    return walk(schema), renamed
+
+
+def restore_enums(raw: str, renamed: dict[str, str]) -> str:
+    """A server's JSON answer with each enum value ``server_enums`` renamed put back as the
+    contract has it; the text as it is when there is none, or it is no JSON."""
+    if not renamed:
+        return raw
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return renamed.get(node, node)
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        return node
+
+    return json.dumps(walk(data), ensure_ascii=False)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

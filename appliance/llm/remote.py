@@ -356,10 +356,12 @@ def server_enums(schema: Any) -> tuple[Any, dict[str, str]]:
             return node
         out = {k: walk(v) for k, v in node.items()}
         for key in ("enum", "const"):
-            values = out.get(key)
+            if key not in out:
+                continue
+            values = out[key]
             many = isinstance(values, list)
             safe_values: list[Any] = []
-            taken = set(values if many else [values])
+            taken = {v for v in (values if many else [values]) if isinstance(v, str)}
             for value in (values if many else [values]):
                 if isinstance(value, str) and value != value.translate(_UNSAFE_IN_ENUMS):
                     safe = value.translate(_UNSAFE_IN_ENUMS)
@@ -369,8 +371,7 @@ def server_enums(schema: Any) -> tuple[Any, dict[str, str]]:
                     taken.add(safe)
                     value = safe
                 safe_values.append(value)
-            if key in out:
-                out[key] = safe_values if many else (safe_values[0] if safe_values else out[key])
+            out[key] = safe_values if many else (safe_values[0] if safe_values else values)
         return out
 
     return walk(schema), renamed

@@ -144,6 +144,7 @@ class PipelineSettings(_Section):
     vote_verbatim: bool
     restate_killed: bool
     gap_questions: Zeroable
+    gap_next_search: bool
     write_report: bool
 
     @model_validator(mode="after")

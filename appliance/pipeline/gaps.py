@@ -53,8 +53,11 @@ def gap_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[MergedCla
             new.append(NodeState(id=f"g{len(new) + 1}", question=question, from_gap_round=True))
     # Open gaps the prompt turned into nothing new (none, a sub-question already asked, or
     # its call failed) still leave the question unanswered: the next-search step reads what
-    # was verified and names the hop still missing, as it does when no gap was left.
-    return new or next_search_nodes(run, nodes, confirmed)
+    # was verified and names the hop still missing, as it does when no gap was left (setting
+    # gap_next_search).
+    if new or not run.settings.pipeline.gap_next_search:
+        return new
+    return next_search_nodes(run, nodes, confirmed)
 
 
 # Verified quotes the next-search step reads at most (best-ranked first).

@@ -94,6 +94,10 @@ def plan_faults(nodes: list[NodeState], question: str, switches: Switches = ALL_
         if switches.on("plan-whole-first") and node.id in waited_on and whole_question_first(text, asked):
             faults.append(f"[plan-whole-first] {node.id} {text!r} is the whole question, yet other "
                           "sub-questions wait on it")
+        bare = bare_references(node, asked.defined) if switches.on("plan-bare-reference") else []
+        if bare:
+            faults.append(f"[plan-bare-reference] {node.id} {text!r} speaks of {', '.join(bare)} without "
+                          "saying which, and waits on no sub-question that finds it")
     dropped = dropped_names(nodes, asked) if switches.on("plan-dropped-name") else []
     if dropped:
         faults.append(f"[plan-dropped-name] no sub-question names {', '.join(dropped)}")
@@ -107,12 +111,13 @@ class _Asked:
     names: set[str]      # its names, kinds of thing left out
     words: set[str]      # every word of it, and its names with a sentence's first word
     content: set[str]    # its content words
+    defined: dict[tuple[str, ...], set[str]]  # see defined_things
 
     @classmethod
     def of(cls, question: str) -> "_Asked":
         return cls(names={n for n in names(question, acronyms=False) if n not in GENERIC_NAMES},
                    words=set(re.findall(r"\w+", question.lower())) | names(question, openers=True),
-                   content=content_words(question))
+                   content=content_words(question), defined=defined_things(question))
 
 
 def invented_names(sub_question: str, asked: _Asked) -> list[str]:
@@ -141,6 +146,117 @@ def whole_question_first(sub_question: str, asked: _Asked) -> bool:
         return False
     said = content_words(sub_question)
     return all(word_found(w, said) for w in asked.content)
+
+
+# Words after "the <thing>" that say which one is meant: "the port where ...", "the ship that
+# ...", "the captain of ...".
+_DEFINERS = frozenset("of where that which who whom whose when in".split())
+_TOKEN = re.compile(r"#\d+|[A-Za-z]+|\d+|[^\sA-Za-z\d]")
+_CLAUSE_END = frozenset(",;?!.")
+
+
+def defined_things(question: str) -> dict[tuple[str, ...], set[str]]:
+    """The things ``question`` speaks of only as "the <thing> <clause>" ("the port where the
+    ship was built", "the captain of the ship"), each with its clause's content words: a
+    sub-question that says "the port" and no more needs the answer of the one that finds it.
+    A thing is one or more plain lower-case words after "the"; one the question also names
+    bare does not count."""
+    tokens = _TOKEN.findall(question)
+    lower = [t.lower() for t in tokens]
+    defined: dict[tuple[str, ...], set[str]] = {}
+    for i, token in enumerate(lower):
+        if token != "the":
+            continue
+        j = i + 1
+        while j < len(tokens) and tokens[j].isalpha() and tokens[j].islower() and tokens[j] not in _DEFINERS:
+            j += 1
+        thing = tuple(lower[i + 1:j])
+        if not thing or j >= len(tokens) or lower[j] not in _DEFINERS:
+            continue
+        end = j + 1
+        while end < len(tokens) and tokens[end] not in _CLAUSE_END:
+            end += 1
+        clause = content_words(" ".join(tokens[j + 1:end])) - set(thing)
+        defined.setdefault(thing, set()).update(clause)
+    return {thing: clause for thing, clause in defined.items()
+            if clause and not _bare_uses(lower, tokens, thing)}
+
+
+def _bare_uses(lower: list[str], tokens: list[str], thing: tuple[str, ...]) -> bool:
+    """Whether "the <thing>" stands in these tokens with nothing after it that says which:
+    no clause word, no name, number or earlier answer (#1) right after it."""
+    n = len(thing)
+    for i in range(len(lower) - n):
+        if lower[i] == "the" and tuple(lower[i + 1:i + 1 + n]) == thing:
+            after = tokens[i + 1 + n] if i + 1 + n < len(tokens) else ""
+            if not (after.lower() in _DEFINERS or after[:1].isupper() or after[:1].isdigit()
+                    or after.startswith("#")):
+                return True
+    return False
+
+
+def bare_references(node: NodeState, defined: dict[tuple[str, ...], set[str]]) -> list[str]:
+    """Check plan-bare-reference: the things a sub-question that waits on no other speaks of
+    as the question does ("the port") but without the question's clause that says which
+    ("the port where the ship was built"). It asks a later hop before the one that finds the
+    thing, and its search has nothing to find it with."""
+    if node.depends_on or _REFERENCE.search(node.question):
+        return []
+    tokens = _TOKEN.findall(node.question)
+    lower = [t.lower() for t in tokens]
+    return [repr("the " + " ".join(thing)) for thing in defined if _bare_uses(lower, tokens, thing)]
+
+
+def link_bare_references(nodes: list[NodeState], question: str) -> list[str]:
+    """Check plan-bare-reference, repair: a sub-question that speaks of a thing without the
+    question's clause that says which (see ``bare_references``) waits on the sub-question that
+    asks that clause, so its search reads that answer. That one names a name of the clause
+    (half of the clause's words when it has none), is not the whole question again, and has
+    the most of the clause's words (the first of equals). A sub-question no other asks for is
+    left for ``plan_faults``."""
+    asked = _Asked.of(question)
+    if not asked.defined:
+        return []
+    name_words = {w.lower() for n in asked.names for w in re.findall(r"\w+", n)}
+    repairs: list[str] = []
+    for node in nodes:
+        bare = [thing for thing in asked.defined if bare_references(node, {thing: asked.defined[thing]})]
+        if not bare:
+            continue
+        clause = set().union(*(asked.defined[thing] for thing in bare))
+        clause_names = clause & name_words
+        best, best_score = None, 0
+        for other in nodes:
+            if other is node or _waits_on(other, node.id, nodes) or whole_question_first(other.question, asked):
+                continue
+            said = content_words(other.question)
+            if clause_names and not any(word_found(w, said) for w in clause_names):
+                continue
+            score = sum(1 for w in clause if word_found(w, said))
+            if score > best_score:
+                best, best_score = other, score
+        if best is not None and (clause_names or 2 * best_score >= len(clause)):
+            node.depends_on.append(best.id)
+            things = ", ".join("'the " + " ".join(t) + "'" for t in bare)
+            repairs.append(f"[plan-bare-reference] added dependency {node.id} -> {best.id}: {node.id} "
+                           f"speaks of {things} without saying which, {best.id} asks it")
+    return repairs
+
+
+def _waits_on(node: NodeState, target: str, nodes: list[NodeState]) -> bool:
+    """Whether ``node`` depends on ``target``, directly or through others."""
+    by_id = {n.id: n for n in nodes}
+    seen: set[str] = set()
+    todo = list(node.depends_on)
+    while todo:
+        current = todo.pop()
+        if current == target:
+            return True
+        if current in seen or current not in by_id:
+            continue
+        seen.add(current)
+        todo += by_id[current].depends_on
+    return False
 
 
 def dropped_names(nodes: list[NodeState], asked: _Asked) -> list[str]:
@@ -175,7 +291,9 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
 
     Order of repairs: drop empty and repeated questions (and, check example-echo, those that
     copy the prompt's example), make ids unique, cut extra nodes, drop edges to unknown or cut
-    nodes and self-edges, then break cycles edge by edge (check plan-structure).
+    nodes and self-edges, then break cycles edge by edge (check plan-structure); last, a
+    sub-question that speaks of a thing without the question's clause that says which waits on
+    the one that asks it (check plan-bare-reference).
     """
     repairs: list[str] = []
     nodes = _clean_nodes(plan, repairs, question, switches)
@@ -198,6 +316,8 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
         node.depends_on = kept
     _add_referenced(nodes, repairs)
     _break_cycles(nodes, repairs)
+    if question and switches.on("plan-bare-reference"):
+        repairs += link_bare_references(nodes, question)
     effort = min(max(plan.effort, min_queries), max_queries)
     if effort != plan.effort:
         repairs.append(f"effort {plan.effort} clamped to {effort} by the profile")

@@ -957,6 +957,15 @@ def test_gaps_that_give_no_new_sub_question_go_to_the_next_search_step(flow_sett
     [node] = [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]]
     assert node["question"] == "Jane Roe birthplace"
     assert result.status == "complete"
+    # gap_next_search false: the round ends with no new node and no next-search call.
+    engine = FakeEngine(script(
+        **{"node-answer": lambda m, s: ShortAnswer(answer="unknown"),
+           "gaps": lambda m, s: GapQuestions(questions=gaps) if isinstance(gaps, list) else gaps,
+           "next-search": lambda m, s: IterativeStep(known="", next_search="Jane Roe birthplace")}))
+    result = run_fake(flow_settings.with_overrides({"pipeline.gap_next_search": False}), tmp_path / "off", engine)
+    purposes = [p for p, _ in engine.calls]
+    assert purposes.count("gaps") == 1 and "next-search" not in purposes, purposes
+    assert not [n for n in result.report["plan"]["nodes"] if n["from_gap_round"]]
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -1335,6 +1344,8 @@ def test_an_answer_that_says_the_question_again_is_no_answer(answer, kept):
     ("Who was president when the area became a state?", "entity"),
     ("Where was Henrik Ibsen born?", "entity"),
     ("In which country is Midway?", "entity"),
+    ("What is the place of birth of the ferry line's founder?", "entity"),
+    ("What was the birthplace of Ida Brandt?", "entity"),
     ("How many people live in the city where the band formed?", "number"),
     ("In the country of Jiménez, what percentage of edits come from Spain?", "number"),
     ("What is the population of the town where the ferry line began?", "number"),
@@ -1789,3 +1800,57 @@ def test_the_question_node_stops_searching(flow_settings, tmp_path, searches, st
     assert "Brandt and Sons founder" not in backend.queries
     assert result.status.value == "complete"
     assert not any(c["text"].startswith("Brandt and Sons was founded") for c in result.report["claims"])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_an_answer_that_stops_at_the_middle_of_the_chain_is_asked_once_more(flow_settings, tmp_path, enabled):
+    """Check answer-bridge: the final answer is the answer of the step the next step was built
+    on (the founder, for where the founder was born), while that next step found an answer of
+    its own: the answer is asked once more, told that it answers a step. Switched off, the
+    first answer stands."""
+    # One page a node: the founder's page for q1, the birth page for q2.
+    settings = flow_settings.with_overrides({"pipeline.sources_per_node": 1})
+    if not enabled:
+        settings = settings.with_overrides({"checks.disabled": ["answer-bridge"]})
+    asked_again = []
+
+    def final(messages, seed):
+        if "Note: Jane Roe answers an earlier step" in messages[-1]["content"]:
+            asked_again.append(messages[-1]["content"])
+            return ShortAnswer(answer="Lisbon")
+        return ShortAnswer(answer="Jane Roe")
+
+    def extract(messages, seed):
+        if "Jane Roe was born in 1870" in messages[-1]["content"]:  # q2's page (q1's findings come first)
+            return Extraction(source_quality="secondary", claims=[
+                {"claim": "Jane Roe was born in Lisbon in 1870.", "quote": "Jane Roe was born in 1870 in Lisbon",
+                 "importance": "central"}])
+        return _extract(messages, seed)
+
+    engine = FakeEngine(script(extract=extract, **{
+        "node-answer": lambda m, s: ShortAnswer(answer="Lisbon" if "born" in m[-1]["content"].rsplit("Question:", 1)[-1]
+                                                else "Jane Roe"),
+        "answer": final}))
+    result = run_fake(settings, tmp_path, engine)
+    answers = {n["id"]: n["answer"] for n in result.report["plan"]["nodes"]}
+    assert answers == {"q1": "Jane Roe", "q2": "Lisbon"}, answers
+    purposes = [p for p, _ in engine.calls]
+    counts = result.report["checks"]["counts"]
+    if enabled:
+        assert result.report["short_answer"] == "Lisbon" and purposes.count("answer") == 2
+        assert counts.get("answer-bridge") == 1 and "Who founded Alpha Corp?" in asked_again[0]
+    else:
+        assert result.report["short_answer"] == "Jane Roe" and purposes.count("answer") == 1
+        assert "answer-bridge" not in counts
+
+
+def test_bridge_step_is_the_step_later_steps_built_on():
+    from appliance.pipeline.synthesize import bridge_step
+    q1 = NodeState(id="q1", question="Which film did Ida Brandt score?", answer="The Velka Road")
+    q2 = NodeState(id="q2", question="Who directed #1?", depends_on=["q1"], answer="Jon Lindqvist")
+    assert bridge_step([q1, q2], "the Velka Road.") is q1
+    assert bridge_step([q1, q2], "Jon Lindqvist") is None            # the chain's end
+    q2_none = q2.model_copy(update={"answer": ""})
+    assert bridge_step([q1, q2_none], "The Velka Road") is None      # no later answer to go to
+    q3 = NodeState(id="q3", question="Which film won the Velka prize?", answer="The Velka Road")
+    assert bridge_step([q1, q2, q3], "The Velka Road") is None       # a step nothing builds on says it too

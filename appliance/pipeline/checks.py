@@ -48,6 +48,11 @@ CHECKS: tuple[Check, ...] = (
     Check("plan-whole-first", "plan",
           "Redraws a plan in which a sub-question other nodes wait on is the whole question again.",
           "plan:whole_question_first", ("pipeline.plan_draws",)),
+    Check("plan-bare-reference", "plan",
+          "Makes a sub-question that speaks of a thing without the question's clause that says which "
+          "(\"the port\" for \"the port where the ship was built\") wait on the sub-question that asks "
+          "that clause; redraws a plan where none does.",
+          "plan:bare_references", ("pipeline.plan_draws",)),
     Check("plan-dropped-name", "plan",
           "Redraws a plan in which some name of the question is in no sub-question.",
           "plan:dropped_names", ("pipeline.plan_draws",)),
@@ -153,6 +158,12 @@ CHECKS: tuple[Check, ...] = (
           "of the sub-questions about each alone decide: yes only if both are yes, and for a "
           "question whether the two share something, no unless their two answers name one thing.",
           "forms:composed_answer"),
+    Check("answer-bridge", "answer",
+          "Asks once more, told so, when the answer is the answer of a sub-question later steps "
+          "were built on and a later step found an answer of its own: the answer stopped at the "
+          "middle of the chain. The second answer stands when it passes the answer checks and "
+          "differs.",
+          "synthesize:bridge_step"),
     Check("answer-both-sides", "answer",
           "Drops a yes or no answer to a question comparing two named things unless a verified "
           "claim names each of them.",

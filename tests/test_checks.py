@@ -263,6 +263,27 @@ def test_plan_bare_reference_makes_the_sub_question_wait_on_the_one_that_asks_it
     assert any(f.startswith("[plan-bare-reference] q1") for f in plan_faults(checked.nodes, BOARD_QUESTION))
 
 
+def test_plan_whole_last_asks_the_parts_before_the_whole():
+    plan = Plan(effort=1, nodes=[
+        PlanNode(id="q1", question=QUESTION, depends_on=[]),
+        PlanNode(id="q2", question="Which stations are in Port Ardmore?", depends_on=["q1"]),
+        PlanNode(id="q3", question="When did #1 open?", depends_on=["q1"])])
+    checked = check_plan(plan, max_nodes=4, min_queries=1, max_queries=2, question=QUESTION)
+    nodes = {n.id: n for n in checked.nodes}
+    # q2 did not use the whole question's answer: it goes first; q3 does, so it still waits.
+    assert nodes["q2"].depends_on == [] and nodes["q1"].depends_on == ["q2"] and nodes["q3"].depends_on == ["q1"]
+    assert repair_checks(checked.repairs) == ["plan-whole-last"]
+    assert [n.id for n in topo_order(checked.nodes)] == ["q2", "q1", "q3"]
+    assert any(f.startswith("[plan-whole-first] q1") for f in plan_faults(checked.nodes, QUESTION))
+    parts_only = Plan(effort=1, nodes=plan.nodes[:2])
+    checked = check_plan(parts_only, max_nodes=4, min_queries=1, max_queries=2, question=QUESTION)
+    assert not plan_faults(checked.nodes, QUESTION)
+    off = check_plan(parts_only, max_nodes=4, min_queries=1, max_queries=2, question=QUESTION,
+                     switches=Switches({"plan-whole-last"}))
+    assert off.nodes[1].depends_on == ["q1"] and not off.repairs
+    assert any(f.startswith("[plan-whole-first] q1") for f in plan_faults(off.nodes, QUESTION))
+
+
 def test_plan_repairs_are_counted_by_check():
     assert repair_checks(["dropped self-dependency of q2", "plan draw 1 gave no plan: cut off",
                           "plan draw 2 set aside: [plan-unanchored] q1 ...; [plan-dropped-name] no ...",

@@ -48,6 +48,10 @@ CHECKS: tuple[Check, ...] = (
     Check("plan-whole-first", "plan",
           "Redraws a plan in which a sub-question other nodes wait on is the whole question again.",
           "plan:whole_question_first", ("pipeline.plan_draws",)),
+    Check("plan-whole-last", "plan",
+          "Makes a sub-question that is the whole question again wait on the sub-questions that "
+          "waited on it without using its answer: the parts are asked before the whole.",
+          "plan:whole_question_last"),
     Check("plan-bare-reference", "plan",
           "Makes a sub-question that speaks of a thing without the question's clause that says which "
           "(\"the port\" for \"the port where the ship was built\") wait on the sub-question that asks "

@@ -243,6 +243,30 @@ def link_bare_references(nodes: list[NodeState], question: str) -> list[str]:
     return repairs
 
 
+def whole_question_last(nodes: list[NodeState], question: str) -> list[str]:
+    """Check plan-whole-last, repair: a sub-question that is the whole question again, waited
+    on by sub-questions that do not use its answer (no #n of it in their text), is asked after
+    them instead: they are its parts, and asked first their answers go into its search. A
+    part that does use its answer still waits on it (check plan-whole-first then redraws)."""
+    asked = _Asked.of(question)
+    repairs: list[str] = []
+    for whole in nodes:
+        if not whole_question_first(whole.question, asked):
+            continue
+        for part in nodes:
+            if whole.id not in part.depends_on or any(
+                    f"q{n}" == whole.id for n in _REFERENCE.findall(part.question)):
+                continue
+            part.depends_on.remove(whole.id)
+            if _waits_on(part, whole.id, nodes):  # it still waits on the whole by another way
+                part.depends_on.append(whole.id)
+                continue
+            whole.depends_on.append(part.id)
+            repairs.append(f"[plan-whole-last] {whole.id} (the whole question) now waits on {part.id}, "
+                           f"which waited on it without using its answer")
+    return repairs
+
+
 def _waits_on(node: NodeState, target: str, nodes: list[NodeState]) -> bool:
     """Whether ``node`` depends on ``target``, directly or through others."""
     by_id = {n.id: n for n in nodes}
@@ -291,8 +315,9 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
 
     Order of repairs: drop empty and repeated questions (and, check example-echo, those that
     copy the prompt's example), make ids unique, cut extra nodes, drop edges to unknown or cut
-    nodes and self-edges, then break cycles edge by edge (check plan-structure); last, a
-    sub-question that speaks of a thing without the question's clause that says which waits on
+    nodes and self-edges, then break cycles edge by edge (check plan-structure); then the whole
+    question asked as a sub-question waits on the parts that waited on it (check
+    plan-whole-last); last, a sub-question that speaks of a thing without the question's clause that says which waits on
     the one that asks it (check plan-bare-reference).
     """
     repairs: list[str] = []
@@ -316,6 +341,8 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
         node.depends_on = kept
     _add_referenced(nodes, repairs)
     _break_cycles(nodes, repairs)
+    if question and switches.on("plan-whole-last"):
+        repairs += whole_question_last(nodes, question)
     if question and switches.on("plan-bare-reference"):
         repairs += link_bare_references(nodes, question)
     effort = min(max(plan.effort, min_queries), max_queries)

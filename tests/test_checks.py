@@ -215,6 +215,7 @@ def test_plan_bare_reference_reads_the_things_the_question_defines_by_a_clause()
     assert ("station",) not in defined_things("When did the station open, and who owns the station that plays jazz?")
     assert defined_things("Who founded the station in Port Ardmore?") == {("station",): {"port", "ardmore"}}
     assert defined_things("Who founded the station?") == {}
+    assert ("town",) in defined_things("What part of the town, in which Ida Brandt lived, is the station in?")
 
 
 @pytest.mark.parametrize("sub_question,bare", [

@@ -157,7 +157,7 @@ _CLAUSE_END = frozenset(",;?!.")
 
 def defined_things(question: str) -> dict[tuple[str, ...], set[str]]:
     """The things ``question`` speaks of only as "the <thing> <clause>" ("the port where the
-    ship was built", "the captain of the ship"), each with its clause's content words: a
+    ship was built", "the captain of the ship", "the port, in which ..."), each with its clause's content words: a
     sub-question that says "the port" and no more needs the answer of the one that finds it.
     A thing is one or more plain lower-case words after "the"; one the question also names
     bare does not count."""
@@ -171,6 +171,8 @@ def defined_things(question: str) -> dict[tuple[str, ...], set[str]]:
         while j < len(tokens) and tokens[j].isalpha() and tokens[j].islower() and tokens[j] not in _DEFINERS:
             j += 1
         thing = tuple(lower[i + 1:j])
+        if j < len(tokens) - 1 and lower[j] == "," and lower[j + 1] in _DEFINERS:
+            j += 1  # "the state, in which ..."
         if not thing or j >= len(tokens) or lower[j] not in _DEFINERS:
             continue
         end = j + 1
@@ -189,6 +191,8 @@ def _bare_uses(lower: list[str], tokens: list[str], thing: tuple[str, ...]) -> b
     for i in range(len(lower) - n):
         if lower[i] == "the" and tuple(lower[i + 1:i + 1 + n]) == thing:
             after = tokens[i + 1 + n] if i + 1 + n < len(tokens) else ""
+            if after == "," and i + 2 + n < len(tokens):
+                after = tokens[i + 2 + n]
             if not (after.lower() in _DEFINERS or after[:1].isupper() or after[:1].isdigit()
                     or after.startswith("#")):
                 return True

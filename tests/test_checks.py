@@ -255,6 +255,16 @@ def test_plan_bare_reference_makes_the_sub_question_wait_on_the_one_that_asks_it
         PlanNode(id="q3", question="In which town did Ida Brandt start a station?", depends_on=[])])
     checked = check_plan(whole, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION)
     assert checked.nodes[0].depends_on == ["q3"]
+    # The one that asks the clause waited on the bare one, not using its answer: the order is turned.
+    turned = Plan(effort=2, nodes=[
+        PlanNode(id="q1", question="Who chaired the harbour board of the town?", depends_on=[]),
+        PlanNode(id="q2", question="Where did Ida Brandt found her radio station?", depends_on=["q1"]),
+        PlanNode(id="q3", question="Which town is #2 in?", depends_on=["q2"])])
+    checked = check_plan(turned, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION)
+    nodes = {n.id: n for n in checked.nodes}
+    assert nodes["q2"].depends_on == [] and nodes["q1"].depends_on == ["q2"], checked.repairs
+    assert repair_checks(checked.repairs) == ["plan-bare-reference", "plan-bare-reference"]
+    assert not [f for f in plan_faults(checked.nodes, BOARD_QUESTION) if "bare" in f]
     # No sub-question asks the clause: nothing to wait on, so the plan is redrawn.
     lone = Plan(effort=2, nodes=[
         PlanNode(id="q1", question="Who chaired the harbour board of the town?", depends_on=[]),

@@ -216,7 +216,9 @@ def link_bare_references(nodes: list[NodeState], question: str) -> list[str]:
     question's clause that says which (see ``bare_references``) waits on the sub-question that
     asks that clause, so its search reads that answer. That one names a name of the clause
     (half of the clause's words when it has none), is not the whole question again, and has
-    the most of the clause's words (the first of equals). A sub-question no other asks for is
+    the most of the clause's words (the first of equals). Sub-questions that waited on the
+    bare one without using its answer (the plan's order taken for a dependency) stop waiting
+    on it where that frees the one that asks the clause. A sub-question no other asks for is
     left for ``plan_faults``."""
     asked = _Asked.of(question)
     if not asked.defined:
@@ -229,22 +231,49 @@ def link_bare_references(nodes: list[NodeState], question: str) -> list[str]:
             continue
         clause = set().union(*(asked.defined[thing] for thing in bare))
         clause_names = clause & name_words
-        best, best_score = None, 0
+        soft = [m for m in nodes if node.id in m.depends_on and not _uses_answer(m, node.id)]
+        best, best_score, best_frees = None, 0, False
         for other in nodes:
-            if other is node or _waits_on(other, node.id, nodes) or whole_question_first(other.question, asked):
+            if other is node or whole_question_first(other.question, asked):
+                continue
+            frees = _waits_on(other, node.id, nodes)
+            if frees and not _freed_by(other, node, soft, nodes):
                 continue
             said = content_words(other.question)
             if clause_names and not any(word_found(w, said) for w in clause_names):
                 continue
             score = sum(1 for w in clause if word_found(w, said))
             if score > best_score:
-                best, best_score = other, score
-        if best is not None and (clause_names or 2 * best_score >= len(clause)):
-            node.depends_on.append(best.id)
-            things = ", ".join("'the " + " ".join(t) + "'" for t in bare)
-            repairs.append(f"[plan-bare-reference] added dependency {node.id} -> {best.id}: {node.id} "
-                           f"speaks of {things} without saying which, {best.id} asks it")
+                best, best_score, best_frees = other, score, frees
+        if best is None or not (clause_names or 2 * best_score >= len(clause)):
+            continue
+        things = ", ".join("'the " + " ".join(t) + "'" for t in bare)
+        if best_frees:
+            for m in soft:
+                m.depends_on.remove(node.id)
+            repairs.append(f"[plan-bare-reference] dropped dependency {', '.join(m.id + ' -> ' + node.id for m in soft)}: "
+                           f"{node.id} speaks of {things} without saying which, and they do not use its answer")
+        node.depends_on.append(best.id)
+        repairs.append(f"[plan-bare-reference] added dependency {node.id} -> {best.id}: {node.id} "
+                       f"speaks of {things} without saying which, {best.id} asks it")
     return repairs
+
+
+def _uses_answer(node: NodeState, other_id: str) -> bool:
+    """Whether ``node``'s question uses the answer of ``other_id`` (#n of it)."""
+    return any(f"q{n}" == other_id for n in _REFERENCE.findall(node.question))
+
+
+def _freed_by(other: NodeState, node: NodeState, soft: list[NodeState], nodes: list[NodeState]) -> bool:
+    """Whether ``other`` would no longer wait on ``node`` without the dependencies of ``soft``
+    on it."""
+    for m in soft:
+        m.depends_on.remove(node.id)
+    try:
+        return not _waits_on(other, node.id, nodes)
+    finally:
+        for m in soft:
+            m.depends_on.append(node.id)
 
 
 def whole_question_last(nodes: list[NodeState], question: str) -> list[str]:
@@ -258,8 +287,7 @@ def whole_question_last(nodes: list[NodeState], question: str) -> list[str]:
         if not whole_question_first(whole.question, asked):
             continue
         for part in nodes:
-            if whole.id not in part.depends_on or any(
-                    f"q{n}" == whole.id for n in _REFERENCE.findall(part.question)):
+            if whole.id not in part.depends_on or _uses_answer(part, whole.id):
                 continue
             part.depends_on.remove(whole.id)
             if _waits_on(part, whole.id, nodes):  # it still waits on the whole by another way

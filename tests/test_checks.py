@@ -24,7 +24,7 @@ from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
 from appliance.pipeline.forms import checked_answer, echoes_example
 from appliance.pipeline.names import names_unsupported
 from appliance.pipeline.parts import Models
-from appliance.pipeline.plan import check_plan, defined_things, plan_faults, repair_checks, topo_order
+from appliance.pipeline.plan import check_plan, plan_faults, repair_checks, topo_order
 from appliance.pipeline.run import research
 from appliance.pipeline.text import grounded
 from appliance.pipeline.verify import is_verbatim
@@ -202,76 +202,6 @@ def test_each_plan_check_fires_on_its_fault_only_and_can_be_switched_off(check_i
     off = Switches({check_id})
     assert not any(line.startswith(tag) for line in plan_faults(fires, QUESTION, off))
     assert check_id in repair_checks([f"plan draw 1 set aside: {plan_faults(fires, QUESTION)[0]}"])
-
-
-BOARD_QUESTION = "Who chaired the harbour board of the town where Ida Brandt founded her radio station?"
-
-
-def test_plan_bare_reference_reads_the_things_the_question_defines_by_a_clause():
-    defined = defined_things(BOARD_QUESTION)
-    assert set(defined) == {("harbour", "board"), ("town",)}
-    assert {"ida", "brandt", "founded", "radio", "station"} <= defined[("town",)]
-    # A thing the question also names bare is not defined by its clause.
-    assert ("station",) not in defined_things("When did the station open, and who owns the station that plays jazz?")
-    assert defined_things("Who founded the station in Port Ardmore?") == {("station",): {"port", "ardmore"}}
-    assert defined_things("Who founded the station?") == {}
-    assert ("town",) in defined_things("What part of the town, in which Ida Brandt lived, is the station in?")
-
-
-@pytest.mark.parametrize("sub_question,bare", [
-    ("Who chaired the harbour board of the town?", True),
-    ("Who was the town's mayor in 1931?", True),
-    ("Who chaired the harbour board of the town where Ida Brandt founded her radio station?", False),
-    ("Who chaired the harbour board of the town of Port Ardmore?", False),
-    ("Where did Ida Brandt found her radio station?", False),
-])
-def test_plan_bare_reference_fires_on_a_thing_said_without_its_clause(sub_question, bare):
-    nodes = _nodes(sub_question, "When did the harbour board meet?")
-    faults = [f for f in plan_faults(nodes[:1], BOARD_QUESTION) if f.startswith("[plan-bare-reference]")]
-    assert bool(faults) == bare, faults
-    # Waiting on another sub-question, it reads that answer: no fault.
-    nodes[0].depends_on = ["q2"]
-    assert not [f for f in plan_faults(nodes[:1], BOARD_QUESTION) if f.startswith("[plan-bare-reference]")]
-    off = plan_faults(_nodes(sub_question), BOARD_QUESTION, Switches({"plan-bare-reference"}))
-    assert not [f for f in off if f.startswith("[plan-bare-reference]")]
-
-
-def test_plan_bare_reference_makes_the_sub_question_wait_on_the_one_that_asks_its_clause():
-    plan = Plan(effort=2, nodes=[
-        PlanNode(id="q1", question="Who chaired the harbour board of the town?", depends_on=[]),
-        PlanNode(id="q2", question="Where did Ida Brandt found her radio station?", depends_on=[])])
-    checked = check_plan(plan, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION)
-    assert checked.nodes[0].depends_on == ["q2"]
-    assert [n.id for n in topo_order(checked.nodes)] == ["q2", "q1"]
-    assert repair_checks(checked.repairs) == ["plan-bare-reference"]
-    assert not plan_faults(checked.nodes, BOARD_QUESTION)
-    off = check_plan(plan, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION,
-                     switches=Switches({"plan-bare-reference"}))
-    assert off.nodes[0].depends_on == [] and not off.repairs
-    # The whole question again asks the clause too, but its answer is the run's, not the town.
-    whole = Plan(effort=2, nodes=[
-        PlanNode(id="q1", question="Who chaired the harbour board of the town?", depends_on=[]),
-        PlanNode(id="q2", question=BOARD_QUESTION, depends_on=[]),
-        PlanNode(id="q3", question="In which town did Ida Brandt start a station?", depends_on=[])])
-    checked = check_plan(whole, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION)
-    assert checked.nodes[0].depends_on == ["q3"]
-    # The one that asks the clause waited on the bare one, not using its answer: the order is turned.
-    turned = Plan(effort=2, nodes=[
-        PlanNode(id="q1", question="Who chaired the harbour board of the town?", depends_on=[]),
-        PlanNode(id="q2", question="Where did Ida Brandt found her radio station?", depends_on=["q1"]),
-        PlanNode(id="q3", question="Which town is #2 in?", depends_on=["q2"])])
-    checked = check_plan(turned, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION)
-    nodes = {n.id: n for n in checked.nodes}
-    assert nodes["q2"].depends_on == [] and nodes["q1"].depends_on == ["q2"], checked.repairs
-    assert repair_checks(checked.repairs) == ["plan-bare-reference", "plan-bare-reference"]
-    assert not [f for f in plan_faults(checked.nodes, BOARD_QUESTION) if "bare" in f]
-    # No sub-question asks the clause: nothing to wait on, so the plan is redrawn.
-    lone = Plan(effort=2, nodes=[
-        PlanNode(id="q1", question="Who chaired the harbour board of the town?", depends_on=[]),
-        PlanNode(id="q2", question="When did the harbour board first meet?", depends_on=["q1"])])
-    checked = check_plan(lone, max_nodes=4, min_queries=1, max_queries=2, question=BOARD_QUESTION)
-    assert checked.nodes[0].depends_on == [] and not checked.repairs
-    assert any(f.startswith("[plan-bare-reference] q1") for f in plan_faults(checked.nodes, BOARD_QUESTION))
 
 
 def test_plan_whole_last_asks_the_parts_before_the_whole():

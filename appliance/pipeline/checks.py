@@ -52,11 +52,6 @@ CHECKS: tuple[Check, ...] = (
           "Makes a sub-question that is the whole question again wait on the sub-questions that "
           "waited on it without using its answer: the parts are asked before the whole.",
           "plan:whole_question_last"),
-    Check("plan-bare-reference", "plan",
-          "Makes a sub-question that speaks of a thing without the question's clause that says which "
-          "(\"the port\" for \"the port where the ship was built\") wait on the sub-question that asks "
-          "that clause; redraws a plan where none does.",
-          "plan:bare_references", ("pipeline.plan_draws",)),
     Check("plan-dropped-name", "plan",
           "Redraws a plan in which some name of the question is in no sub-question.",
           "plan:dropped_names", ("pipeline.plan_draws",)),

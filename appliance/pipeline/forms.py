@@ -174,10 +174,7 @@ def is_yes_no(question: str) -> bool:
 _DATE_ASKED = re.compile(r"^\s*when\b|\b(what|which) (year|date|decade|century)\b|\bwhen\s*\??\s*$",
                          re.IGNORECASE)
 _ENTITY_ASKED = re.compile(r"^\s*(who|whom|whose|where)\b|^\s*(in|from|to|of|at) (which|what) "
-                           r"(country|city|state|county|town|province|region|continent|place)\b|"
-                           # "What is the place of birth of ...?", "What was the hometown of ...?"
-                           r"^\s*(what|which)(?:'s| is| was| are| were) (?:the |its |his |her |their )?"
-                           r"(place of (birth|death|origin)|birthplace|birth place|hometown)\b", re.IGNORECASE)
+                           r"(country|city|state|county|town|province|region|continent|place)\b", re.IGNORECASE)
 # "In which country ...?", "What county ...?": the kind of place or body asked for, by name.
 _KIND_ASKED = re.compile(r"^\s*(?:(?:in|from|to|of|at|for|on) )?(?:which|what) (country|nation|city|state|county|"
                          r"town|village|province|region|continent|island|river|district|borough)\b", re.IGNORECASE)
@@ -196,7 +193,7 @@ def asked_form(question: str) -> str:
     """What kind of answer ``question`` asks for: "yes_no", "date" ("When ...?", "What year
     ...?", "... was started when?"), "number" ("How many ...?", "What percentage ...?", "What
     is the population of ...?"), "entity" (a person or place: "Who ...?", "Where ...?", "In
-    which country ...?", "What is the place of birth of ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
+    which country ...?") or "phrase" (any other short phrase). "Who was president when ...?" asks for a name: only a
     leading or closing "when" asks for a date."""
     if is_yes_no(question):
         return "yes_no"

@@ -94,10 +94,6 @@ def plan_faults(nodes: list[NodeState], question: str, switches: Switches = ALL_
         if switches.on("plan-whole-first") and node.id in waited_on and whole_question_first(text, asked):
             faults.append(f"[plan-whole-first] {node.id} {text!r} is the whole question, yet other "
                           "sub-questions wait on it")
-        bare = bare_references(node, asked.defined) if switches.on("plan-bare-reference") else []
-        if bare:
-            faults.append(f"[plan-bare-reference] {node.id} {text!r} speaks of {', '.join(bare)} without "
-                          "saying which, and waits on no sub-question that finds it")
     dropped = dropped_names(nodes, asked) if switches.on("plan-dropped-name") else []
     if dropped:
         faults.append(f"[plan-dropped-name] no sub-question names {', '.join(dropped)}")
@@ -111,13 +107,12 @@ class _Asked:
     names: set[str]      # its names, kinds of thing left out
     words: set[str]      # every word of it, and its names with a sentence's first word
     content: set[str]    # its content words
-    defined: dict[tuple[str, ...], set[str]]  # see defined_things
 
     @classmethod
     def of(cls, question: str) -> "_Asked":
         return cls(names={n for n in names(question, acronyms=False) if n not in GENERIC_NAMES},
                    words=set(re.findall(r"\w+", question.lower())) | names(question, openers=True),
-                   content=content_words(question), defined=defined_things(question))
+                   content=content_words(question))
 
 
 def invented_names(sub_question: str, asked: _Asked) -> list[str]:
@@ -148,134 +143,6 @@ def whole_question_first(sub_question: str, asked: _Asked) -> bool:
     return all(word_found(w, said) for w in asked.content)
 
 
-# Words after "the <thing>" that say which one is meant: "the port where ...", "the ship that
-# ...", "the captain of ...".
-_DEFINERS = frozenset("of where that which who whom whose when in".split())
-_TOKEN = re.compile(r"#\d+|[A-Za-z]+|\d+|[^\sA-Za-z\d]")
-_CLAUSE_END = frozenset(",;?!.")
-
-
-def defined_things(question: str) -> dict[tuple[str, ...], set[str]]:
-    """The things ``question`` speaks of only as "the <thing> <clause>" ("the port where the
-    ship was built", "the captain of the ship", "the port, in which ..."), each with its clause's content words: a
-    sub-question that says "the port" and no more needs the answer of the one that finds it.
-    A thing is one or more plain lower-case words after "the"; one the question also names
-    bare does not count."""
-    tokens = _TOKEN.findall(question)
-    lower = [t.lower() for t in tokens]
-    defined: dict[tuple[str, ...], set[str]] = {}
-    for i, token in enumerate(lower):
-        if token != "the":
-            continue
-        j = i + 1
-        while j < len(tokens) and tokens[j].isalpha() and tokens[j].islower() and tokens[j] not in _DEFINERS:
-            j += 1
-        thing = tuple(lower[i + 1:j])
-        if j < len(tokens) - 1 and lower[j] == "," and lower[j + 1] in _DEFINERS:
-            j += 1  # "the state, in which ..."
-        if not thing or j >= len(tokens) or lower[j] not in _DEFINERS:
-            continue
-        end = j + 1
-        while end < len(tokens) and tokens[end] not in _CLAUSE_END:
-            end += 1
-        clause = content_words(" ".join(tokens[j + 1:end])) - set(thing)
-        defined.setdefault(thing, set()).update(clause)
-    return {thing: clause for thing, clause in defined.items()
-            if clause and not _bare_uses(lower, tokens, thing)}
-
-
-def _bare_uses(lower: list[str], tokens: list[str], thing: tuple[str, ...]) -> bool:
-    """Whether "the <thing>" stands in these tokens with nothing after it that says which:
-    no clause word, no name, number or earlier answer (#1) right after it."""
-    n = len(thing)
-    for i in range(len(lower) - n):
-        if lower[i] == "the" and tuple(lower[i + 1:i + 1 + n]) == thing:
-            after = tokens[i + 1 + n] if i + 1 + n < len(tokens) else ""
-            if after == "," and i + 2 + n < len(tokens):
-                after = tokens[i + 2 + n]
-            if not (after.lower() in _DEFINERS or after[:1].isupper() or after[:1].isdigit()
-                    or after.startswith("#")):
-                return True
-    return False
-
-
-def bare_references(node: NodeState, defined: dict[tuple[str, ...], set[str]]) -> list[str]:
-    """Check plan-bare-reference: the things a sub-question that waits on no other speaks of
-    as the question does ("the port") but without the question's clause that says which
-    ("the port where the ship was built"). It asks a later hop before the one that finds the
-    thing, and its search has nothing to find it with."""
-    if node.depends_on or _REFERENCE.search(node.question):
-        return []
-    tokens = _TOKEN.findall(node.question)
-    lower = [t.lower() for t in tokens]
-    return [repr("the " + " ".join(thing)) for thing in defined if _bare_uses(lower, tokens, thing)]
-
-
-def link_bare_references(nodes: list[NodeState], question: str) -> list[str]:
-    """Check plan-bare-reference, repair: a sub-question that speaks of a thing without the
-    question's clause that says which (see ``bare_references``) waits on the sub-question that
-    asks that clause, so its search reads that answer. That one names a name of the clause
-    (half of the clause's words when it has none), is not the whole question again, and has
-    the most of the clause's words (the first of equals). Sub-questions that waited on the
-    bare one without using its answer (the plan's order taken for a dependency) stop waiting
-    on it where that frees the one that asks the clause. A sub-question no other asks for is
-    left for ``plan_faults``."""
-    asked = _Asked.of(question)
-    if not asked.defined:
-        return []
-    name_words = {w.lower() for n in asked.names for w in re.findall(r"\w+", n)}
-    repairs: list[str] = []
-    for node in nodes:
-        bare = [thing for thing in asked.defined if bare_references(node, {thing: asked.defined[thing]})]
-        if not bare:
-            continue
-        clause = set().union(*(asked.defined[thing] for thing in bare))
-        clause_names = clause & name_words
-        soft = [m for m in nodes if node.id in m.depends_on and not _uses_answer(m, node.id)]
-        best, best_score, best_frees = None, 0, False
-        for other in nodes:
-            if other is node or whole_question_first(other.question, asked):
-                continue
-            frees = _waits_on(other, node.id, nodes)
-            if frees and not _freed_by(other, node, soft, nodes):
-                continue
-            said = content_words(other.question)
-            if clause_names and not any(word_found(w, said) for w in clause_names):
-                continue
-            score = sum(1 for w in clause if word_found(w, said))
-            if score > best_score:
-                best, best_score, best_frees = other, score, frees
-        if best is None or not (clause_names or 2 * best_score >= len(clause)):
-            continue
-        things = ", ".join("'the " + " ".join(t) + "'" for t in bare)
-        if best_frees:
-            for m in soft:
-                m.depends_on.remove(node.id)
-            repairs.append(f"[plan-bare-reference] dropped dependency {', '.join(m.id + ' -> ' + node.id for m in soft)}: "
-                           f"{node.id} speaks of {things} without saying which, and they do not use its answer")
-        node.depends_on.append(best.id)
-        repairs.append(f"[plan-bare-reference] added dependency {node.id} -> {best.id}: {node.id} "
-                       f"speaks of {things} without saying which, {best.id} asks it")
-    return repairs
-
-
-def _uses_answer(node: NodeState, other_id: str) -> bool:
-    """Whether ``node``'s question uses the answer of ``other_id`` (#n of it)."""
-    return any(f"q{n}" == other_id for n in _REFERENCE.findall(node.question))
-
-
-def _freed_by(other: NodeState, node: NodeState, soft: list[NodeState], nodes: list[NodeState]) -> bool:
-    """Whether ``other`` would no longer wait on ``node`` without the dependencies of ``soft``
-    on it."""
-    for m in soft:
-        m.depends_on.remove(node.id)
-    try:
-        return not _waits_on(other, node.id, nodes)
-    finally:
-        for m in soft:
-            m.depends_on.append(node.id)
-
-
 def whole_question_last(nodes: list[NodeState], question: str) -> list[str]:
     """Check plan-whole-last, repair: a sub-question that is the whole question again, waited
     on by sub-questions that do not use its answer (no #n of it in their text), is asked after
@@ -297,6 +164,11 @@ def whole_question_last(nodes: list[NodeState], question: str) -> list[str]:
             repairs.append(f"[plan-whole-last] {whole.id} (the whole question) now waits on {part.id}, "
                            f"which waited on it without using its answer")
     return repairs
+
+
+def _uses_answer(node: NodeState, other_id: str) -> bool:
+    """Whether ``node``'s question uses the answer of ``other_id`` (#n of it)."""
+    return any(f"q{n}" == other_id for n in _REFERENCE.findall(node.question))
 
 
 def _waits_on(node: NodeState, target: str, nodes: list[NodeState]) -> bool:
@@ -349,8 +221,7 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
     copy the prompt's example), make ids unique, cut extra nodes, drop edges to unknown or cut
     nodes and self-edges, then break cycles edge by edge (check plan-structure); then the whole
     question asked as a sub-question waits on the parts that waited on it (check
-    plan-whole-last); last, a sub-question that speaks of a thing without the question's clause that says which waits on
-    the one that asks it (check plan-bare-reference).
+    plan-whole-last).
     """
     repairs: list[str] = []
     nodes = _clean_nodes(plan, repairs, question, switches)
@@ -375,8 +246,6 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
     _break_cycles(nodes, repairs)
     if question and switches.on("plan-whole-last"):
         repairs += whole_question_last(nodes, question)
-    if question and switches.on("plan-bare-reference"):
-        repairs += link_bare_references(nodes, question)
     effort = min(max(plan.effort, min_queries), max_queries)
     if effort != plan.effort:
         repairs.append(f"effort {plan.effort} clamped to {effort} by the profile")

@@ -157,12 +157,6 @@ CHECKS: tuple[Check, ...] = (
           "of the sub-questions about each alone decide: yes only if both are yes, and for a "
           "question whether the two share something, no unless their two answers name one thing.",
           "forms:composed_answer"),
-    Check("answer-bridge", "answer",
-          "Asks once more, told so, when the answer is the answer of a sub-question later steps "
-          "were built on and a later step found an answer of its own: the answer stopped at the "
-          "middle of the chain. The second answer stands when it passes the answer checks and "
-          "differs.",
-          "synthesize:bridge_step"),
     Check("answer-both-sides", "answer",
           "Drops a yes or no answer to a question comparing two named things unless a verified "
           "claim names each of them.",

@@ -224,8 +224,7 @@ def iterative_step(question: str, passages: str, searches: list[str], today: str
     return _msgs(system, user)
 
 
-def short_answer(question: str, passages: str | None, today: str, choices: list[str] | tuple[str, ...] = (),
-                 step: tuple[str, str] | None = None) -> Messages:
+def short_answer(question: str, passages: str | None, today: str, choices: list[str] | tuple[str, ...] = ()) -> Messages:
     """The short answer to the question: from memory (``passages`` None, the closed-book
     baseline), from retrieved passages (the rag baseline) or from a run's verified claims and
     their quotes (the pipeline). One prompt for all three, so they are compared on equal terms.
@@ -235,9 +234,7 @@ def short_answer(question: str, passages: str | None, today: str, choices: list[
     question asks to choose between (``forms.offered_choice``), one of which is the answer.
     The countries a question asking which country is held to (``forms.named_countries``) are
     not listed here: the grammar holds the answer to them, and listed, they draw a small
-    model to the one the evidence writes out over the one it says in a word ("Danish").
-    ``step``: an answer given before and the sub-question it answers (check answer-bridge),
-    named as a step on the way, not the answer."""
+    model to the one the evidence writes out over the one it says in a word ("Danish")."""
     form = _FORMS[asked_form(question)]
     kind = asked_kind(question)
     if kind and asked_form(question) in ("entity", "phrase"):
@@ -248,8 +245,4 @@ def short_answer(question: str, passages: str | None, today: str, choices: list[
     if passages is None:
         return _msgs(f"{form} Today is {today}.", f"Question: {question}")
     system = f"{form} Use the evidence only, in its own words. Today is {today}."
-    note = ""
-    if step:
-        note = (f"\nNote: {step[0]} answers an earlier step ({step[1]}), not the question; "
-                "answer what the question asks.")
-    return _msgs(system, f"{_data_block('EVIDENCE', passages)}\nQuestion: {question}{note}")
+    return _msgs(system, f"{_data_block('EVIDENCE', passages)}\nQuestion: {question}")

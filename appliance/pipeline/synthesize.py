@@ -13,8 +13,6 @@ grouped under the sub-question that found them, each citing itself.
 
 from __future__ import annotations
 
-import re
-
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Synthesis, answer_schema
 from . import prompts
 from .anchor import quote_context, source_passages
@@ -109,16 +107,6 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     if out is None:
         return ""
     answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
-    step = bridge_step(nodes or [], answer) if answer and not held.choices and not is_yes_no(run.ctx.question) else None
-    if step is not None and run.checks.applies("answer-bridge", lambda: True, on="answer", answer=answer,
-                                               step=step.asked):
-        messages = prompts.short_answer(run.ctx.question, evidence, run.ctx.today, held.choices,
-                                        step=(answer, step.asked))
-        again = ask(run, run.models.writer, messages, answer_schema(held.allowed), max_tokens=prompts.ANSWER_TOKENS,
-                    purpose="answer", temperature=run.settings.llm.answer_temperature)
-        other = answer_checked(run, again.answer, evidence, run.ctx.question, on="answer") if again else ""
-        if other and _folded(other) != _folded(answer):
-            answer = other
     items = compared(run.ctx.question)
     composed = composed_answer(run.ctx.question, side_answers(nodes or [], items))
     if composed and run.checks.applies("answer-composed", lambda: composed.lower() != answer.lower(),
@@ -130,28 +118,6 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
     return answer
-
-
-def _folded(answer: str) -> str:
-    return " ".join(re.sub(r"\bthe\b", " ", answer.lower()).strip(" .,;:").split())
-
-
-def bridge_step(nodes: list[NodeState], answer: str) -> NodeState | None:
-    """Check answer-bridge: the sub-question whose answer ``answer`` is, when later steps were
-    built on it (they depend on it) and one of them found an answer of its own, and no step
-    that nothing builds on gave it. Such an answer stops at the middle of the chain ("the film
-    Ida Brandt scored" for "Who directed the film Ida Brandt scored?"); None otherwise."""
-    said = _folded(answer)
-    live = [n for n in nodes if n.answer and not n.answer_superseded]
-    built_on = {dep for n in nodes for dep in n.depends_on}
-    if any(_folded(n.answer) == said for n in live if n.id not in built_on):
-        return None
-    for node in live:
-        if _folded(node.answer) != said or node.id not in built_on:
-            continue
-        if any(node.id in m.depends_on and _folded(m.answer) != said for m in live):
-            return node
-    return None
 
 
 def side_answers(nodes: list[NodeState], items: list[str]) -> list[list[str]]:

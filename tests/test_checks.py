@@ -24,7 +24,7 @@ from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
 from appliance.pipeline.forms import checked_answer, echoes_example
 from appliance.pipeline.names import names_first, names_unsupported
 from appliance.pipeline.parts import Models
-from appliance.pipeline.plan import check_plan, plan_faults, question_head, repair_checks, topo_order
+from appliance.pipeline.plan import check_plan, plan_faults, repair_checks, topo_order
 from appliance.pipeline.run import research
 from appliance.pipeline.text import grounded
 from appliance.pipeline.verify import is_verbatim
@@ -223,52 +223,6 @@ def test_plan_whole_last_asks_the_parts_before_the_whole():
                      switches=Switches({"plan-whole-last"}))
     assert off.nodes[1].depends_on == ["q1"] and not off.repairs
     assert any(f.startswith("[plan-whole-first] q1") for f in plan_faults(off.nodes, QUESTION))
-
-
-HEADED = "What was the keeper's first name, in the lighthouse where the novel Grey Tide is set?"
-
-
-def test_question_head_is_what_the_opening_asks_of_its_subject():
-    assert question_head(HEADED) == ["keeper", "first", "name"]
-    assert question_head("Where did the Ardmore Rovers play in the county that borders Velka?") == [
-        "ardmore", "rovers", "play"]
-    assert question_head("In which harbour is the ferry, in the town where Ida Brandt was born?") == [
-        "harbour", "ferry"]
-    # The question word comes later: the question asks of the subject it opens with.
-    assert question_head("Grey Tide starred which Ruritanian actress, known for a radio role?") == []
-    # An opening of one content word says too little to tell the head from a hop.
-    assert question_head("Who was mayor when the town where Ida Brandt lived got its charter?") == []
-
-
-def test_plan_head_last_asks_the_last_hop_after_the_hops_that_say_which():
-    plan = Plan(effort=1, nodes=[
-        PlanNode(id="q1", question="What was the keeper's first name?", depends_on=[]),
-        PlanNode(id="q2", question="In which lighthouse is the novel Grey Tide set?", depends_on=["q1"]),
-        PlanNode(id="q3", question="Who wrote #1 down?", depends_on=["q1"])])
-    checked = check_plan(plan, max_nodes=4, min_queries=1, max_queries=2, question=HEADED)
-    nodes = {n.id: n for n in checked.nodes}
-    # q2 did not use the head's answer: it goes first; q3 does, so it still waits on the head.
-    assert nodes["q2"].depends_on == [] and nodes["q1"].depends_on == ["q2"] and nodes["q3"].depends_on == ["q1"]
-    assert repair_checks(checked.repairs) == ["plan-head-last"]
-    assert [n.id for n in topo_order(checked.nodes)] == ["q2", "q1", "q3"]
-    # Already in order (the head waits on the hop): nothing to turn.
-    ordered = Plan(effort=1, nodes=[
-        PlanNode(id="q1", question="In which lighthouse is the novel Grey Tide set?", depends_on=[]),
-        PlanNode(id="q2", question="What was the keeper's first name?", depends_on=["q1"])])
-    assert not check_plan(ordered, max_nodes=4, min_queries=1, max_queries=2, question=HEADED).repairs
-    # The waiting sub-question asks the head too ("...first name in #1"): both are the last hop.
-    both = Plan(effort=1, nodes=[
-        PlanNode(id="q1", question="What was the keeper's first name?", depends_on=[]),
-        PlanNode(id="q2", question="What was the first name of the keeper in Grey Tide?", depends_on=["q1"])])
-    assert not check_plan(both, max_nodes=4, min_queries=1, max_queries=2, question=HEADED).repairs
-    # The waiting sub-question names nothing the head does not: a later hop ("the keeper"), left waiting.
-    later = Plan(effort=1, nodes=[
-        PlanNode(id="q1", question="What was the keeper's first name?", depends_on=[]),
-        PlanNode(id="q2", question="In which lighthouse did the keeper serve?", depends_on=["q1"])])
-    assert not check_plan(later, max_nodes=4, min_queries=1, max_queries=2, question=HEADED).repairs
-    off = check_plan(plan, max_nodes=4, min_queries=1, max_queries=2, question=HEADED,
-                     switches=Switches({"plan-head-last"}))
-    assert off.nodes[1].depends_on == ["q1"] and not off.repairs
 
 
 def test_hit_names_first_reads_pages_that_name_what_was_searched_for():

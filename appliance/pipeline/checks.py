@@ -52,11 +52,6 @@ CHECKS: tuple[Check, ...] = (
           "Makes a sub-question that is the whole question again wait on the sub-questions that "
           "waited on it without using its answer: the parts are asked before the whole.",
           "plan:whole_question_last"),
-    Check("plan-head-last", "plan",
-          "Makes a sub-question that asks the question's opening (what it asks of its subject) wait "
-          "on a sub-question that waited on it without using its answer: the last hop is asked "
-          "after the hops that say which subject is meant.",
-          "plan:head_last", ("plan.HEAD_WORDS",)),
     Check("plan-dropped-name", "plan",
           "Redraws a plan in which some name of the question is in no sub-question.",
           "plan:dropped_names", ("pipeline.plan_draws",)),

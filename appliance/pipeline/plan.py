@@ -15,7 +15,7 @@ from . import prompts
 from .checks import ALL_ON, Switches
 from .forms import echoes_example
 from .names import GENERIC_NAMES, name_found, names
-from .text import STOP_WORDS, WORD, content_words, word_found
+from .text import content_words, word_found
 
 _ID_RE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -166,77 +166,6 @@ def whole_question_last(nodes: list[NodeState], question: str) -> list[str]:
     return repairs
 
 
-# Where a question's opening ends: a comma, or a word that starts a clause saying which thing
-# is meant ("..., in the film where ...", "... the state that ...").
-_CLAUSE_START = re.compile(r",|\b(?:where|which|that|who|whom|whose|when)\b", re.IGNORECASE)
-# A question that opens with its question word ("Where ...", "In which ..."); one whose question
-# word comes later ("The inventor of X studied at which school?") asks of the subject it opens with.
-_WH_OPENING = re.compile(r"\s*(?:(?:in|to|from|for|on|at|by|of|with|during)\s+)?"
-                         r"(?:what|who|whom|whose|which|where|when|how)\b", re.IGNORECASE)
-_AUXILIARIES = frozenset("did does can could will would should may might must shall".split())
-# How many content words of the opening a sub-question must carry to ask the question's head.
-HEAD_WORDS = 3
-
-
-def question_head(question: str) -> list[str]:
-    """The content words that open ``question`` after its question word, before its first comma
-    or clause word, at most ``HEAD_WORDS`` of them: what it asks of its subject before it says
-    which subject is meant ("What was the founder's first name, in the town where ..." ->
-    founder, first, name). None when the question does not open with its question word or the
-    opening has fewer than two."""
-    start = _WH_OPENING.match(question)
-    if not start:
-        return []
-    cut = _CLAUSE_START.search(question, start.end())
-    opening = question[:cut.start()] if cut else question
-    words = [w for w in WORD.findall(opening.lower())
-             if len(w) >= 3 and w not in STOP_WORDS and w not in _AUXILIARIES]
-    return list(dict.fromkeys(words))[:HEAD_WORDS] if len(set(words)) >= 2 else []
-
-
-def head_last(nodes: list[NodeState], question: str) -> list[str]:
-    """Check plan-head-last, repair: a sub-question that asks the question's head (it carries
-    every word of ``question_head``), waited on by a sub-question that does not ask the head,
-    does not use its answer (no #n of it) and names something of the question the head does
-    not, is asked after that sub-question instead. A
-    planner that lists the parts in the order the question says them asks the last hop first
-    ("What was the founder's first name?", then "Which town ...?" waiting on it); turned, the
-    earlier hop's answer goes into the head's search. A sub-question that uses the head's
-    answer still waits on it."""
-    head = question_head(question)
-    if not head:
-        return []
-    asked = _Asked.of(question)
-
-    def asks_head(node: NodeState) -> bool:
-        said = content_words(node.question)
-        return all(word_found(w, said) for w in head)
-
-    def says_which(part: NodeState, top: NodeState) -> bool:
-        # The part names something of the question the head does not: it says which subject
-        # is meant. One that names nothing new ("Where was the founder born?") is a later hop.
-        own = names(top.question, openers=True)
-        return any(name_found(n, asked.names) and not name_found(n, own)
-                   for n in names(part.question, acronyms=False) - GENERIC_NAMES)
-
-    repairs: list[str] = []
-    for top in nodes:
-        if not asks_head(top):
-            continue
-        for part in nodes:
-            if (top.id not in part.depends_on or _uses_answer(part, top.id) or asks_head(part)
-                    or not says_which(part, top)):
-                continue
-            part.depends_on.remove(top.id)
-            if _waits_on(part, top.id, nodes):  # it still waits on the head by another way
-                part.depends_on.append(top.id)
-                continue
-            top.depends_on.append(part.id)
-            repairs.append(f"[plan-head-last] {top.id} (the question's head) now waits on {part.id}, "
-                           f"which waited on it without using its answer")
-    return repairs
-
-
 def _uses_answer(node: NodeState, other_id: str) -> bool:
     """Whether ``node``'s question uses the answer of ``other_id`` (#n of it)."""
     return any(f"q{n}" == other_id for n in _REFERENCE.findall(node.question))
@@ -317,8 +246,6 @@ def check_plan(plan: Plan, max_nodes: int, min_queries: int, max_queries: int,
     _break_cycles(nodes, repairs)
     if question and switches.on("plan-whole-last"):
         repairs += whole_question_last(nodes, question)
-    if question and switches.on("plan-head-last"):
-        repairs += head_last(nodes, question)
     effort = min(max(plan.effort, min_queries), max_queries)
     if effort != plan.effort:
         repairs.append(f"effort {plan.effort} clamped to {effort} by the profile")

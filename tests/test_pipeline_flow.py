@@ -296,33 +296,6 @@ def test_off_topic_claims_are_tangential(flow_settings, tmp_path):
     assert result.report["stats"]["claims_tangential"] >= 1
 
 
-def test_a_claim_naming_what_its_node_searched_for_is_not_demoted(flow_settings, tmp_path):
-    """Far in meaning from every question of the run (an embedder does not know a rare name),
-    yet it names every name its node searched for ("Jane Roe", the parent's answer): the claim
-    stays as labelled; one beside it that names none of them is demoted. With the names
-    exemption gone, both would be."""
-    settings = flow_settings.with_overrides({"pipeline.relevance_threshold": 0.4})
-    street = "Kohl street runs from the Jane Roe yard to the Dorn canal"
-
-    def extract(messages, seed):
-        if "Dorn canal" in messages[-1]["content"]:
-            return Extraction(source_quality="blog", claims=[
-                {"claim": street + ".", "quote": street, "importance": "central"},
-                {"claim": "Springfield has a large harbour.", "quote": "Springfield is a city with a large harbour",
-                 "importance": "central"}])
-        return _extract(messages, seed)
-
-    pages = {**PAGES, "http://c.test/three": "Springfield is the city where Jane Roe founded Alpha Corp. "
-                                            + street + ". " + PAGES["http://c.test/three"]}
-    result = run_fake(settings, tmp_path, FakeEngine(script(extract=extract)), pages=pages)
-    records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
-    # The page is read by "Where was the founder born?", which searched with its parent's answer.
-    kohl = [r for r in records if r["claim"].startswith("Kohl street") and r["node"] == "q2"]
-    harbour = [r for r in records if "harbour" in r["claim"] and r["node"] == "q2"]
-    assert kohl and all(r["relevance"] < 0.4 and not r.get("off_topic") for r in kohl)
-    assert harbour and all(r["off_topic"] for r in harbour)
-
-
 def test_a_source_with_no_sentence_near_the_research_is_not_read(flow_settings, tmp_path):
     """"Springfield is a city with a large harbour and a museum of pumps." comes near none of
     the run's questions: the page is not sent to the extractor (no model call), it is recorded

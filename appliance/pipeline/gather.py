@@ -20,7 +20,7 @@ from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
 from .forms import checked_answer, compared, compared_query, echoes_example, held_answer
-from .names import names_every, names_first, names_unsupported, off_subject
+from .names import names_first, names_unsupported, off_subject
 from .text import grounded
 from .state import RunContext, ask
 
@@ -358,8 +358,7 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
         importance = item.importance
         if relevance is not None:
             record["relevance"] = round(float(relevance[k - 1]), 3)
-            if (relevance[k - 1] < settings.relevance_threshold and importance != Importance.tangential
-                    and not names_every(focus, f"{claim_text} {item.quote}")):
+            if relevance[k - 1] < settings.relevance_threshold and importance != Importance.tangential:
                 importance = Importance.tangential  # off the sub-question, whatever the label
                 record["off_topic"] = True
                 record["checks"].append("claim-relevance")
@@ -396,8 +395,7 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
 
 def relevance_to(run: RunContext, focus: str, pairs: list[tuple[str, str]]):
     """Check claim-relevance decides on this: for each (claim, quote), how near it is in meaning to what the run asks (see
-    ``_nearness``): the higher of the claim's and the quote's; None when the check is off. A claim
-    that names every name its node searched for (``names.names_every``) is not demoted however low."""
+    ``_nearness``): the higher of the claim's and the quote's; None when the check is off."""
     sims = _nearness(run, focus, [t for pair in pairs for t in pair]) if pairs else None
     if sims is None:
         return None

@@ -153,13 +153,3 @@ def names_first(hits: list[Hit]) -> list[Hit]:
     named = [names_named(hit.query or "", f"{hit.title}\n{hit.snippet}") for hit in hits]
     order = sorted(range(len(hits)), key=lambda i: -named[i])
     return [hits[i] for i in order]
-
-
-def names_every(wanted: str, text: str) -> bool:
-    """Whether ``text`` names, as names, every name of ``wanted`` (a node's search; kinds of
-    thing aside), word forms forgiven; False when ``wanted`` names nothing. A claim that
-    does ("Dorn lies next to Velmora" for "Which country is Velmora in?") is on what was
-    searched for however far its wording is in meaning (check claim-relevance)."""
-    want = names(wanted, acronyms=False) - GENERIC_NAMES
-    said = names(text, openers=True)
-    return bool(want) and all(name_found(n, said) for n in want)

@@ -22,7 +22,7 @@ from appliance.pipeline import checks as registry
 from appliance.pipeline.anchor import find_quote
 from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
 from appliance.pipeline.forms import checked_answer, echoes_example
-from appliance.pipeline.names import names_first, names_unsupported
+from appliance.pipeline.names import names_unsupported
 from appliance.pipeline.parts import Models
 from appliance.pipeline.plan import check_plan, plan_faults, repair_checks, topo_order
 from appliance.pipeline.run import research
@@ -223,20 +223,6 @@ def test_plan_whole_last_asks_the_parts_before_the_whole():
                      switches=Switches({"plan-whole-last"}))
     assert off.nodes[1].depends_on == ["q1"] and not off.repairs
     assert any(f.startswith("[plan-whole-first] q1") for f in plan_faults(off.nodes, QUESTION))
-
-
-def test_hit_names_first_reads_pages_that_name_what_was_searched_for():
-    query = "Which country is Velmora in?"
-    hits = [Hit(url="corpus://c/p1", title="Continents", snippet="A continent is a large land mass.", rank=1, query=query),
-            Hit(url="corpus://c/p2", title="Dorn", snippet="Dorn is a suburb next to Velmora, in Ruritania.", rank=2,
-                query=query),
-            Hit(url="corpus://c/p3", title="Countries", snippet="A country is a distinct territorial body.", rank=3,
-                query=query),
-            Hit(url="corpus://c/p4", title="Velmora", snippet="A town in the hills.", rank=4, query=query)]
-    assert [h.rank for h in names_first(hits)] == [2, 4, 1, 3]
-    # Each hit is held to its own search; a search that names nothing leaves the order as it is.
-    plain = [h.model_copy(update={"query": "which country is it in"}) for h in hits]
-    assert names_first(plain) == plain
 
 
 def test_plan_repairs_are_counted_by_check():

@@ -61,10 +61,6 @@ CHECKS: tuple[Check, ...] = (
           "names words of a prompt's worked example its input did not have.",
           "forms:echoes_example"),
     # gather
-    Check("hit-names-first", "gather",
-          "Puts first the hits whose title and snippet name more of the names their search named, "
-          "so a node's few reads go to pages about what it searched for.",
-          "names:names_first", ("pipeline.sources_per_node",)),
     Check("page-gate", "gather",
           "Does not read a page none of whose sentences comes near in meaning to what the run "
           "asks; the page is given back for a later node.",

@@ -20,7 +20,7 @@ from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
 from .forms import checked_answer, compared, compared_query, echoes_example, held_answer
-from .names import names_first, names_unsupported, off_subject
+from .names import names_unsupported, off_subject
 from .text import grounded
 from .state import RunContext, ask
 
@@ -185,11 +185,6 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
     for iteration in range(rounds):
         node.queries.extend(queries)
         hits = _search(run, queries)
-        if hits:
-            ordered = names_first(hits)
-            if run.checks.applies("hit-names-first", lambda: ordered != hits, on=f"search {queries[0][:80]!r}",
-                                  node=node.id):
-                hits = ordered
         # A later search of the question's own node is what its pages must come near: the
         # hop it names ("Brandt and Sons founder") may share no words with the question.
         focus = queries[0] if iteration and node.whole_question else query_with_answers(node, parents)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from ..contracts import Hit
 from .text import MONTHS, STOP_WORDS
 
 # A name: a capitalised word (or an acronym such as "U.S.") other than a month or weekday.
@@ -136,20 +135,3 @@ def names_unsupported(claim: str, source_text: str) -> bool:
     basis = names(source_text, openers=True)
     own = {n for n in names(claim, openers=True, acronyms=False) if len(n) >= 2 and n not in GENERIC_NAMES}
     return any(not name_found(n, basis) for n in own)
-
-
-def names_named(wanted: str, text: str) -> int:
-    """How many of the names of ``wanted`` (a search, its kinds of thing aside) ``text`` names,
-    as a name or a plain word, word forms forgiven."""
-    said = names(text, openers=True) | {w.lower() for w in re.findall(r"\w+", text)}
-    return sum(name_found(n, said) for n in names(wanted, acronyms=False) - GENERIC_NAMES)
-
-
-def names_first(hits: list[Hit]) -> list[Hit]:
-    """Check hit-names-first: the hits ordered by how many names of their own search their title
-    and snippet name, most first, the search's order kept among equals. A node reads only its
-    first few hits; a page that names what was searched for ("Ardmore Press" for "Who founded
-    the Ardmore Press?") beats one that only comes near it in meaning (a page on presses)."""
-    named = [names_named(hit.query or "", f"{hit.title}\n{hit.snippet}") for hit in hits]
-    order = sorted(range(len(hits)), key=lambda i: -named[i])
-    return [hits[i] for i in order]

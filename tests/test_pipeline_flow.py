@@ -1728,6 +1728,30 @@ def test_the_question_node_reads_what_the_plan_left_and_its_claims_are_verified(
     assert not whole[0]["answer"] and whole[0]["findings"]
 
 
+def test_a_sub_question_that_is_the_question_reads_for_the_question_node_too(flow_settings, tmp_path):
+    """A plan whose sub-question is the question as asked gets no question node beside it; that
+    sub-question reads its own sources and the question node's (2 + 1 here), so the answer
+    rests on no fewer pages than the two nodes would have read. Any other sub-question reads
+    its own 2, and with no question node at all (question_sources 0) so does this one."""
+    question = "Where was the founder of Alpha Corp born?"
+    pages = dict(PAGES, **{"http://d.test/four": "The founder of Alpha Corp, Jane Roe, was born in Lisbon."})
+    four = Hit(url="http://d.test/four", title="four", rank=4)
+    hits = {question: HITS + [four], "Who founded Alpha Corp?": HITS + [four], "When was Alpha Corp founded?": []}
+    for sources, plan_question, expected in ((1, question, 3), (1, "Who founded Alpha Corp?", 2), (0, question, 2)):
+        engine = FakeEngine(script(plan=lambda m, s, q=plan_question: Plan(effort=1, nodes=[
+            PlanNode(id="q1", question=q), PlanNode(id="q2", question="When was Alpha Corp founded?")])))
+        settings = flow_settings.with_overrides({"pipeline.question_sources": sources, "pipeline.gap_questions": 0,
+                                                 "pipeline.sources_per_node": 2,
+                                                 "state.home": str(tmp_path / f"{sources}{expected}" / "home")})
+        models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+        result = research(question, settings, models=models, backend=FakeBackend(hits), fetcher=FakeFetcher(pages),
+                          embedder=get_embedder(settings), out_dir=tmp_path / f"{sources}{expected}" / "reports")
+        read = [json.loads(line) for line in (result.run_dir / "sources.jsonl").read_text().splitlines()]
+        assert len([r for r in read if r["node"] == "q1"]) == expected, (sources, plan_question)
+        assert [n["id"] for n in result.report["plan"]["nodes"]] == (["q1", "q2"] if plan_question == question
+                                                                    or not sources else ["q1", "q2", "q3"])
+
+
 BRIDGE_QUESTION = "Who founded the firm that built the Velka Bridge?"
 BRIDGE_PAGES = {
     "http://e.test/designer": "The Velka Bridge was designed by Tomas Kell, an engineer from Ardmore.",

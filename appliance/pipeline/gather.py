@@ -21,7 +21,7 @@ from . import prompts
 from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
 from .forms import checked_answer, compared, compared_query, echoes_example, held_answer
 from .names import names_unsupported, off_subject
-from .text import grounded
+from .text import grounded, same_question
 from .state import RunContext, ask
 
 MAX_PARALLEL_NODES = 4
@@ -190,8 +190,7 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
         focus = queries[0] if iteration and node.whole_question else query_with_answers(node, parents)
         turnstile.wait((node.id, iteration))
         try:
-            admitted = _admit(run, hits, settings.question_sources if node.whole_question
-                              else settings.compared_sources if node.compares else settings.sources_per_node)
+            admitted = _admit(run, hits, source_cap(run, node))
             sources = run.fetcher.fetch_many([h.url for h in admitted]) if admitted else []
             for hit, source in zip(admitted, sources):
                 if not source.title:
@@ -214,6 +213,22 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
             break  # the turnstile keys of the rounds not run are released with the node
     _conclude(run, node, node_claims, parent_text, query_with_answers(node, parents))
     return node_claims
+
+
+def source_cap(run: RunContext, node: NodeState) -> int:
+    """How many sources a node reads: the question's own node ``question_sources``, a compared
+    thing's ``compared_sources``, any other ``sources_per_node``; a sub-question that is the
+    question as asked stands for the question's node too (none is added beside it), so it reads
+    for both: ``sources_per_node`` + ``question_sources``. The answer then never rests on fewer
+    pages than the plan's node and the question's node together would read."""
+    settings = run.settings.pipeline
+    if node.whole_question:
+        return settings.question_sources
+    if node.compares:
+        return settings.compared_sources
+    if settings.question_sources and same_question(node.question, run.ctx.question):
+        return settings.sources_per_node + settings.question_sources
+    return settings.sources_per_node
 
 
 def _first_queries(run: RunContext, node: NodeState, parents: list[NodeState], parent_text: str,

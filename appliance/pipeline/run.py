@@ -22,6 +22,7 @@ from . import prompts
 from .parts import ACCOUNTING_FIELDS, Models
 from .checks import CHECKS
 from .dedup import ClaimPool, rank_claims
+from .text import same_question
 from .gaps import gap_nodes
 from .gather import gather
 from .forms import answer_rests_on, compared, names_alone
@@ -207,12 +208,12 @@ def _fresh_node_id(nodes: list[NodeState]) -> str:
 
 
 def with_question_node(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
-    """The plan's nodes and, last, the question as asked (unless a node already asks it, or
-    ``sources`` is 0): searched for itself and read like any node, so the answer never rests
+    """The plan's nodes and, last, the question as asked (unless a node already asks it, which
+    then reads for both, see ``gather.source_cap``, or ``sources`` is 0): searched for itself and read like any node, so the answer never rests
     on less than one retrieval call would read, whatever the plan. Last, so the sub-questions
     read their own pages first (a page is read by one node) and this one reads what of the
     question's top pages they left. Nothing depends on it: its findings never steer a hop."""
-    if not sources or any(n.question.strip().lower() == question.strip().lower() for n in nodes):
+    if not sources or any(same_question(n.question, question) for n in nodes):
         return nodes
     return nodes + [NodeState(id=_fresh_node_id(nodes), question=question, whole_question=True)]
 

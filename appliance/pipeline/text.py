@@ -50,3 +50,8 @@ def word_found(word: str, basis: set[str]) -> bool:
 
 MONTHS = ("january february march april may june july august september october november december "
            "jan feb mar apr jun jul aug sep sept oct nov dec").split()
+
+
+def same_question(a: str, b: str) -> bool:
+    """Whether two questions are one, case and surrounding space aside."""
+    return a.strip().lower() == b.strip().lower()

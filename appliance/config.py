@@ -145,6 +145,7 @@ class PipelineSettings(_Section):
     restate_killed: bool
     gap_questions: Zeroable
     gap_next_search: bool
+    answer_chain: bool
     write_report: bool
 
     @model_validator(mode="after")

@@ -1017,8 +1017,9 @@ def test_an_answer_to_the_whole_question_leaves_the_chain_when_a_further_search_
         flow_settings, tmp_path, next_search):
     """Check chain-superseded: a sub-question that is the question as asked answered "Springfield";
     the step, reading every verified quote, found them short and named a search: that answer is
-    not offered to the final answer as a step of its chain. With no search named it stays."""
-    settings = flow_settings.with_overrides({"pipeline.min_nodes": 1})
+    not offered to the final answer as a step of its chain (``pipeline.answer_chain`` on). With
+    no search named it stays."""
+    settings = flow_settings.with_overrides({"pipeline.min_nodes": 1, "pipeline.answer_chain": True})
     whole = lambda m, s: Plan(effort=1, nodes=[PlanNode(id="q1", question="Where was the founder of Alpha Corp born?")])
     answer_prompts = []
 
@@ -1226,9 +1227,10 @@ def test_the_answer_opens_with_the_direct_answer(flow_settings, tmp_path):
 
 
 def test_the_answer_reads_the_chain_of_answered_sub_questions(flow_settings, tmp_path):
-    """After the claims, the answer prompt lists each sub-question with its answer when that
-    answer rests on the evidence: "Midway is in Arkansas." listed beside "In which country is
-    Midway? United States" was answered "Arkansas" without it."""
+    """With ``pipeline.answer_chain``, after the claims the answer prompt lists each
+    sub-question with its answer when that answer rests on the evidence ("In which country is
+    Midway? United States" beside "Midway is in Arkansas."). Off, the default, it reads the
+    claims and the text around them alone."""
     from appliance.contracts import NodeState
     from appliance.pipeline.synthesize import chain_listing
 
@@ -1238,7 +1240,11 @@ def test_the_answer_reads_the_chain_of_answered_sub_questions(flow_settings, tmp
         seen.append(messages[-1]["content"])
         return ShortAnswer(answer="Lisbon")
 
-    run_fake(flow_settings, tmp_path, FakeEngine(script(answer=answer)))
+    run_fake(flow_settings, tmp_path / "off", FakeEngine(script(answer=answer)))
+    assert "Alpha Corp was founded" in seen[0] and "Sub-questions answered" not in seen[0]
+    seen.clear()
+    on = flow_settings.with_overrides({"pipeline.answer_chain": True, "state.home": str(tmp_path / "on" / "home")})
+    run_fake(on, tmp_path / "on", FakeEngine(script(answer=answer)))
     assert "Sub-questions answered from this evidence:\n- Who founded Alpha Corp? Jane Roe" in seen[0]
     assert seen[0].index("Sub-questions answered") > seen[0].index("Alpha Corp was founded")
     nodes = [NodeState(id="q1", question="In which country is Midway?", answer="United States"),

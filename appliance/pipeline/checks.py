@@ -146,12 +146,12 @@ CHECKS: tuple[Check, ...] = (
     Check("chain-rests", "answer",
           "Shows the final answer a sub-question's answer only when that answer rests on the "
           "verified evidence.",
-          "forms:answer_rests_on"),
+          "forms:answer_rests_on", ("pipeline.answer_chain",)),
     Check("chain-superseded", "answer",
           "Leaves out of the final answer's chain the answer of a sub-question that asks the whole "
           "question when the gap round's step found the verified evidence short of answering it "
           "and named a further search.",
-          "gaps:asks_the_question", ("pipeline.gap_questions",)),
+          "gaps:asks_the_question", ("pipeline.gap_questions", "pipeline.answer_chain")),
     Check("answer-composed", "answer",
           "Answers a yes/no question about two named things joined by and with what the answers "
           "of the sub-questions about each alone decide: yes only if both are yes, and for a "

@@ -15,6 +15,7 @@ from . import prompts
 from .forms import echoes_example, restates
 from .gather import dedupe_text
 from .state import RunContext, ask
+from .text import same_question
 
 MAX_KNOWN = 10
 
@@ -117,4 +118,4 @@ def next_search_nodes(run: RunContext, nodes: list[NodeState], confirmed: list[M
 def asks_the_question(node: NodeState, question: str) -> bool:
     """Check chain-superseded: whether a sub-question is the question as asked (case and
     spacing aside), as a plan with no fit draw researches it."""
-    return " ".join(node.question.lower().split()) == " ".join(question.lower().split())
+    return same_question(node.question, question)

@@ -209,8 +209,9 @@ def _fresh_node_id(nodes: list[NodeState]) -> str:
 
 def with_question_node(nodes: list[NodeState], question: str, sources: int) -> list[NodeState]:
     """The plan's nodes and, last, the question as asked (unless a node already asks it, which
-    then reads for both, see ``gather.source_cap``, or ``sources`` is 0): searched for itself and read like any node, so the answer never rests
-    on less than one retrieval call would read, whatever the plan. Last, so the sub-questions
+    then reads for both, see ``gather.source_cap``, or ``sources`` is 0): searched for itself
+    and read like any node, so the answer never rests on less than one retrieval call would
+    read, whatever the plan. Last, so the sub-questions
     read their own pages first (a page is read by one node) and this one reads what of the
     question's top pages they left. Nothing depends on it: its findings never steer a hop."""
     if not sources or any(same_question(n.question, question) for n in nodes):

@@ -89,13 +89,15 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     quotes and the text around the quotes, by the same short-answer prompt the one-call
     baselines use; "" when the model gives none or one that does not rest on that evidence
     (counted as dropped text). With ``pipeline.answer_chain``, the sub-questions' answers that
-    rest on that evidence come last: the chain the plan followed ("In which country is Port Ardmore? Ruritania"), which a small
-    model reading a list of claims ("Port Ardmore is in Velka province.") does not rebuild on its own."""
+    rest on that evidence come last: the chain the plan followed ("In which country is Port
+    Ardmore? Ruritania"), which a small model reading a list of claims ("Port Ardmore is in
+    Velka province.") does not rebuild on its own."""
     context = context_listing(confirmed, *_source_texts(run))
     evidence = evidence_listing(confirmed, context)
     if context:
         evidence += "\n\nAround the quotes, in their sources:\n" + context
-    chain = chain_listing(nodes or [], evidence, run.checks.switches) if run.settings.pipeline.answer_chain else ""
+    chain = (chain_listing(nodes or [], evidence, run.checks.switches)
+             if run.settings.pipeline.answer_chain else "")
     if chain:
         evidence += "\n\nSub-questions answered from this evidence:\n" + chain
     held = held_answer(run.ctx.question, evidence, run.checks.switches)

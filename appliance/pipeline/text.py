@@ -53,5 +53,5 @@ MONTHS = ("january february march april may june july august september october n
 
 
 def same_question(a: str, b: str) -> bool:
-    """Whether two questions are one, case and surrounding space aside."""
-    return a.strip().lower() == b.strip().lower()
+    """Whether two questions are one, case and spacing aside."""
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())

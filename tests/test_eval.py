@@ -163,6 +163,9 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
             assert len({s.lower() for s in row["searches"]}) == len(row["searches"])
             assert row["cited"] and len(set(row["cited"])) == len(row["cited"])
             assert row["model_calls"] + row["cache_hits"] >= len(row["searches"])
+        if row["mode"] == "pipeline" and row["prediction"]:
+            # The run's final answer call, as the model gave it (answer.json of its run folder).
+            assert isinstance(row["raw_answer"], str) and row["raw_answer"].strip()
         if row["mode"] != "pipeline":
             # Every mode's answer passed the same checks: a checked answer is the raw one or
             # a part of it, never words the model did not give.

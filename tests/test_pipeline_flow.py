@@ -1271,6 +1271,35 @@ def test_the_direct_answer_cites_each_hop_that_led_to_it(flow_settings, tmp_path
     assert answer_section.startswith("**Lisbon.** [1][2]")
 
 
+def test_the_run_folder_records_what_the_answer_read_and_said(flow_settings, tmp_path):
+    """``answer.json`` holds the final answer call's evidence (the prompt's), the model's raw
+    answer and the answer the run kept after the answer checks; a rerun that makes no answer
+    call leaves no earlier attempt's record behind."""
+    seen = []
+
+    def answer(messages, seed):
+        seen.append(messages[-1]["content"])
+        return ShortAnswer(answer="Lisbon.")
+
+    result = run_fake(flow_settings, tmp_path, FakeEngine(script(answer=answer)))
+    record = json.loads((result.run_dir / "answer.json").read_text())
+    assert record["question"] == result.report["question"]
+    assert record["raw"] == "Lisbon." and record["answer"] == "Lisbon" == result.report["short_answer"]
+    assert record["evidence"] and record["evidence"] in seen[-1]
+    assert "Jane Roe was born in 1870 in Lisbon" in record["evidence"]
+    assert record["choices"] == [] and record["allowed"] == []
+
+    # The model's answer dropped by a check: recorded as said, kept as nothing.
+    dropped = run_fake(flow_settings.with_overrides({"state.home": str(tmp_path / "two" / "home")}), tmp_path / "two",
+                       FakeEngine(script(answer=lambda m, s: ShortAnswer(answer="Atlantis"))))
+    record = json.loads((dropped.run_dir / "answer.json").read_text())
+    assert record["raw"] == "Atlantis" and record["answer"] == "" == dropped.report["short_answer"]
+
+    from appliance.pipeline.state import Recorder
+    Recorder(dropped.run_dir)  # a new attempt of the same run starts without the old record
+    assert not (dropped.run_dir / "answer.json").exists()
+
+
 def test_answer_support_takes_the_claims_that_carry_each_step():
     from appliance.contracts import Importance, MergedClaim, NodeState, QuoteRef, SourceQuality
     from appliance.pipeline.synthesize import answer_support

@@ -22,6 +22,7 @@ from ..contracts import EVAL_MODES
 from ..errors import ModelOutputError, UsageError
 from ..pipeline.anchor import normalise
 from ..pipeline.checks import Switches
+from ..pipeline.state import Recorder
 from ..sources.serve import passage_id_from_url
 from . import baselines, scoring
 from .baselines import BaselineAnswer
@@ -173,7 +174,7 @@ class EvalRun:
         fired: list[str] = []
         try:
             if mode == "pipeline":
-                answer, cited, faithful, status, run_stats, fired = self._pipeline(item)
+                answer, raw, cited, faithful, status, run_stats, fired = self._pipeline(item)
             else:
                 base = self._baseline(item, mode)
                 answer, raw, cited = base.answer, base.raw, [passage_id(u) for u in base.cited_urls]
@@ -206,7 +207,10 @@ class EvalRun:
             "checks_fired": sorted(set(fired)),
         }
 
-    def _pipeline(self, item: dict) -> tuple[str, list[str], tuple[int, int], str, dict, list[str]]:
+    def _pipeline(self, item: dict) -> tuple[str, str | None, list[str], tuple[int, int], str, dict, list[str]]:
+        """The run's direct answer, the model's raw answer before the answer checks (None when
+        the run made no answer call), the cited passages, the quotes found in their sources,
+        the status, the run's statistics and the checks that fired."""
         from ..pipeline.run import research
 
         result = research(item["question"], self.settings, models=self.models, backend=self.backend,
@@ -217,7 +221,8 @@ class EvalRun:
         # The report's direct answer: drawn from its confirmed claims and their quotes by the same
         # short-answer prompt rag and closed-book use (one call of the run, counted in its stats).
         fired = [check for check, count in (report.get("checks") or {}).get("counts", {}).items() if count]
-        return report.get("short_answer", ""), cited, faithful, result.status, report.get("stats", {}), fired
+        return (report.get("short_answer", ""), _raw_answer(result.run_dir), cited, faithful, result.status,
+                report.get("stats", {}), fired)
 
     def _baseline(self, item: dict, mode: str) -> BaselineAnswer:
         writer, temperature = self.models.writer, self.settings.llm.answer_temperature
@@ -229,6 +234,16 @@ class EvalRun:
             return baselines.iterative(item["question"], writer=writer, backend=self.backend,
                                        fetcher=self.fetcher, temperature=temperature, switches=switches)
         return baselines.closed_book(item["question"], writer=writer, temperature=temperature, switches=switches)
+
+
+def _raw_answer(run_dir: Path) -> str | None:
+    """The final answer call's raw answer, from the run folder's answer record."""
+    try:
+        record = json.loads((run_dir / Recorder.ANSWER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    raw = record.get("raw") if isinstance(record, dict) else None
+    return raw if isinstance(raw, str) else None
 
 
 METRICS = [("em", "exact match"), ("f1", "token F1"), ("contains", "answer contained"),

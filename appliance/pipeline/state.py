@@ -109,6 +109,9 @@ class Recorder:
     """The run folder: records appended as JSON lines as they happen, so a crash leaves them."""
 
     LOGS = ("sources", "claims", "votes", "nodes", "calls", "checks")
+    # What the final answer call read and said (``synthesize.record_answer``), written when the
+    # run reaches its answer; an earlier attempt's is removed so it never outlives its run.
+    ANSWER = "answer.json"
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -118,6 +121,7 @@ class Recorder:
             # This attempt's logs start empty; everything before them is replayed from the caches.
             for name in self.LOGS:
                 (folder / f"{name}.jsonl").write_text("", encoding="utf-8")
+            (folder / self.ANSWER).unlink(missing_ok=True)
         except OSError as exc:
             raise StateError(f"cannot write the run folder {folder}: {exc.strerror}",
                              hint="set APPLIANCE_HOME to a writable folder with free space") from None

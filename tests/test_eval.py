@@ -150,6 +150,8 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
     table = json.loads((out / "eval.json").read_text())
     again = json.loads(json.dumps(aggregate(rows, modes)))
     assert again == table, "the table is recomputable from the per-question JSONL"
+    answered = {" ".join(r["question"].split()): r for r in (
+        json.loads(p.read_text()) for p in (tmp_path / "home" / "runs").glob("*/answer.json"))}
     for row in rows:
         assert row["model_calls"] + row["cache_hits"] >= 1
         if row["mode"] == "closed-book":
@@ -163,9 +165,13 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
             assert len({s.lower() for s in row["searches"]}) == len(row["searches"])
             assert row["cited"] and len(set(row["cited"])) == len(row["cited"])
             assert row["model_calls"] + row["cache_hits"] >= len(row["searches"])
-        if row["mode"] == "pipeline" and row["prediction"]:
-            # The run's final answer call, as the model gave it (answer.json of its run folder).
-            assert isinstance(row["raw_answer"], str) and row["raw_answer"].strip()
+        if row["mode"] == "pipeline":
+            # The run's final answer call, as the model gave it (answer.json of its run folder;
+            # none when the run made no answer call).
+            record = answered.get(" ".join(row["question"].split()))
+            assert row["raw_answer"] == (record["raw"] if record else None)
+            if row["prediction"]:
+                assert isinstance(row["raw_answer"], str) and row["raw_answer"].strip()
         if row["mode"] != "pipeline":
             # Every mode's answer passed the same checks: a checked answer is the raw one or
             # a part of it, never words the model did not give.

@@ -1295,6 +1295,12 @@ def test_the_run_folder_records_what_the_answer_read_and_said(flow_settings, tmp
     record = json.loads((dropped.run_dir / "answer.json").read_text())
     assert record["raw"] == "Atlantis" and record["answer"] == "" == dropped.report["short_answer"]
 
+    # No valid output: recorded with raw null, beside the evidence the call read.
+    failed = run_fake(flow_settings.with_overrides({"state.home": str(tmp_path / "three" / "home")}),
+                      tmp_path / "three", FakeEngine(script(answer=lambda m, s: fail("answer"))))
+    record = json.loads((failed.run_dir / "answer.json").read_text())
+    assert record["raw"] is None and record["answer"] == "" and record["evidence"]
+
     from appliance.pipeline.state import Recorder
     Recorder(dropped.run_dir)  # a new attempt of the same run starts without the old record
     assert not (dropped.run_dir / "answer.json").exists()

@@ -17,7 +17,7 @@ from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Syn
 from . import prompts
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
-from .forms import answer_rests_on, compared, composed_answer, echoes_example, held_answer, is_yes_no, names_alone
+from .forms import HeldAnswer, answer_rests_on, compared, composed_answer, echoes_example, held_answer, is_yes_no, names_alone
 from .gather import answer_checked, dedupe_text
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
@@ -107,7 +107,7 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
     out = ask(run, run.models.writer, messages, answer_schema(held.allowed), max_tokens=prompts.ANSWER_TOKENS,
               purpose="answer", temperature=run.settings.llm.answer_temperature)
     if out is None:
-        record_answer(run, evidence, held.choices, held.allowed, None, "")
+        record_answer(run, evidence, held, None, "")
         return ""
     answer = answer_checked(run, out.answer, evidence, run.ctx.question, on="answer")
     items = compared(run.ctx.question)
@@ -120,19 +120,18 @@ def short_answer(run: RunContext, confirmed: list[MergedClaim], nodes: list[Node
         answer = ""
     if not answer and out.answer.strip():
         run.stats.add(texts_dropped=1)
-    record_answer(run, evidence, held.choices, held.allowed, out.answer, answer)
+    record_answer(run, evidence, held, out.answer, answer)
     return answer
 
 
-def record_answer(run: RunContext, evidence: str, choices: list[str], allowed: list[str], raw: str | None,
-                  answer: str) -> None:
+def record_answer(run: RunContext, evidence: str, held: HeldAnswer, raw: str | None, answer: str) -> None:
     """The run folder's ``answer.json``: what the final answer call read and said, beside what
     the run kept, so a reader can tell why an answer is what it is (the checks that acted on
     it are the ``checks.jsonl`` entries on "answer"). ``raw`` None: the call gave no valid
     output."""
     run.recorder.write_json(run.recorder.ANSWER, {
-        "question": run.ctx.question, "evidence": evidence, "choices": list(choices),
-        "allowed": list(allowed), "raw": raw, "answer": answer})
+        "question": run.ctx.question, "evidence": evidence, "choices": held.choices,
+        "allowed": held.allowed, "raw": raw, "answer": answer})
 
 
 def side_answers(nodes: list[NodeState], items: list[str]) -> list[list[str]]:

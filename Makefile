@@ -115,11 +115,12 @@ batch: $(BATCH_OUT)/targets.mk
 	$(MAKE) -f $(BATCH_OUT)/targets.mk APPLIANCE=$(APPLIANCE) all
 
 # Both dev sets, every mode (pipeline, rag, iterative, closed-book), the first N questions of
-# each (N=50 for all); each set's table is printed with the paired differences.
+# each (N=50 for all); each set's table is printed with the paired differences. Answered
+# questions keep their rows: FORCE=1 answers them again (unchanged calls replay).
 EVAL_SETS ?= ../shared/bench/musique-dev ../shared/bench/hotpotqa-dev
 eval:
 	@for set in $(EVAL_SETS); do test -f $$set/questions.jsonl || { echo "error: no dev set at $$set (questions.jsonl, corpus.jsonl): put the team's bench beside the checkout, or name the sets with make eval EVAL_SETS='DIR ...' (EVAL_SETS=data/demo: the five shipped questions)" >&2; exit 2; }; done
-	@for set in $(EVAL_SETS); do $(BIN)/appliance eval $$set --limit $(N) --profile quick || exit $$?; done
+	@for set in $(EVAL_SETS); do $(BIN)/appliance eval $$set --limit $(N) --profile quick $(if $(FORCE),--force) || exit $$?; done
 
 # Each check switched off in turn against all on, on both dev sets (CHECKS="id id" for some only;
 # `appliance checks` lists them). Long: one pipeline run per question and check, less what replays.

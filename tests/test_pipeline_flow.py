@@ -296,6 +296,32 @@ def test_off_topic_claims_are_tangential(flow_settings, tmp_path):
     assert result.report["stats"]["claims_tangential"] >= 1
 
 
+def test_a_claim_is_judged_as_its_page_says_it_after_the_title(flow_settings, tmp_path):
+    """"She was the eldest of four daughters of a sea captain." alone is far from every
+    question of the run; on a page titled "Jane Roe" it is the founder's own page speaking of
+    her, as the page gate reads it too, and the claim is not demoted. Titled "p5", the same
+    claim is off topic. (The page gate is off here, so both pages are read.)"""
+    sentence = "She was the eldest of four daughters of a sea captain."
+    for url, titled in (("http://e.test/Jane Roe", True), ("http://e.test/p5", False)):
+        def extract(messages, seed):
+            if sentence in messages[-1]["content"]:
+                return Extraction(source_quality="secondary", claims=[
+                    {"claim": sentence, "quote": sentence, "importance": "central"}])
+            return _extract(messages, seed)
+
+        where = tmp_path / str(titled)
+        settings = flow_settings.with_overrides({"pipeline.relevance_threshold": 0.4,
+                                                 "checks.disabled": ["page-gate"],
+                                                 "state.home": str(where / "home")})
+        result = run_fake(settings, where, FakeEngine(script(extract=extract)),
+                          hits=[*HITS, Hit(url=url, rank=4)], pages={**PAGES, url: sentence})
+        records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
+        mine = [r for r in records if r["claim"] == sentence]
+        assert mine and all(bool(r.get("off_topic")) is not titled for r in mine)
+        assert all((r["relevance"] >= 0.4) is titled for r in mine)
+        assert all(("claim-relevance" in r["checks"]) is not titled for r in mine)
+
+
 def test_a_source_with_no_sentence_near_the_research_is_not_read(flow_settings, tmp_path):
     """"Springfield is a city with a large harbour and a museum of pumps." comes near none of
     the run's questions: the page is not sent to the extractor (no model call), it is recorded

@@ -71,7 +71,7 @@ CHECKS: tuple[Check, ...] = (
           "anchor:find_quote", ("pipeline.quote_similarity",), switchable=False),
     Check("claim-relevance", "gather",
           "Demotes to tangential a claim whose text and quote are both far in meaning from what "
-          "the run asks.",
+          "the run asks, read alone and after their page's title.",
           "gather:relevance_to", ("pipeline.relevance_threshold",)),
     Check("claim-ungrounded", "gather",
           "Replaces a claim by the sentence it quotes when fewer than half of its content words "

@@ -354,7 +354,8 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
         return []
     source.quality = extraction.source_quality
     run.recorder.append("sources", {"node": node.id, **source.model_dump(mode="json")})
-    relevance = (relevance_to(run, focus, [(" ".join(c.claim.split()), c.quote) for c in extraction.claims])
+    relevance = (relevance_to(run, focus, [(" ".join(c.claim.split()), c.quote) for c in extraction.claims],
+                              source.title)
                  if run.checks.on("claim-relevance") else None)
     accepted: list[Claim] = []
     for k, item in enumerate(extraction.claims[: settings.claims_per_source], start=1):
@@ -403,13 +404,20 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
     return accepted
 
 
-def relevance_to(run: RunContext, focus: str, pairs: list[tuple[str, str]]):
+def relevance_to(run: RunContext, focus: str, pairs: list[tuple[str, str]], title: str = ""):
     """Check claim-relevance decides on this: for each (claim, quote), how near it is in meaning to what the run asks (see
-    ``_nearness``): the higher of the claim's and the quote's; None when the check is off."""
-    sims = _nearness(run, focus, [t for pair in pairs for t in pair]) if pairs else None
+    ``_nearness``): the highest of the claim's and the quote's, each read alone and, with a
+    ``title``, after its page's title. A page names its subject in its title and "she" after
+    it: "She is best known for the ballad Silver Rain", on its own far from a question about
+    the singer of that ballad, comes near once read as "Ida Brandt: She is ...". None when the
+    check is off."""
+    texts = [t for pair in pairs for t in pair]
+    title = " ".join(title.split())
+    readings = 2 if title else 1
+    sims = _nearness(run, focus, texts + ([f"{title}: {t}" for t in texts] if title else [])) if pairs else None
     if sims is None:
         return None
-    return [max(sims[2 * i], sims[2 * i + 1]) for i in range(len(pairs))]
+    return list(sims.reshape(readings, len(pairs), 2).max(axis=(0, 2)))
 
 
 def _nearness(run: RunContext, focus: str, texts: list[str]):

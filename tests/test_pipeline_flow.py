@@ -322,6 +322,18 @@ def test_a_claim_is_judged_as_its_page_says_it_after_the_title(flow_settings, tm
         assert all(("claim-relevance" in r["checks"]) is not titled for r in mine)
 
 
+def test_the_page_gate_and_claim_relevance_read_a_sentence_after_its_title_in_one_form():
+    """Both checks read a sentence after its page's title through ``after_title``: the title's
+    spacing folded, nothing added for an untitled page, so the two never judge one sentence in
+    two forms."""
+    from appliance.pipeline.gather import after_title
+
+    texts = ["The river joins the sea at Port Ardmore.", "It floods each spring."]
+    assert after_title("Velka  River\n", texts) == ["Velka River: The river joins the sea at Port Ardmore.",
+                                                    "Velka River: It floods each spring."]
+    assert after_title("", texts) == [] and after_title(None, texts) == [] and after_title(" \t", texts) == []
+
+
 def test_a_source_with_no_sentence_near_the_research_is_not_read(flow_settings, tmp_path):
     """"Springfield is a city with a large harbour and a museum of pumps." comes near none of
     the run's questions: the page is not sent to the extractor (no model call), it is recorded

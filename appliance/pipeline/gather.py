@@ -315,7 +315,7 @@ def bears_on(run: RunContext, node: NodeState, focus: str, source: Source) -> bo
     sentences = list(quotable_sentences(text)) or [text]
     # Each sentence also with the page's title before it: a page names its subject in the
     # title and says "the river" after it ("Velka River": "The river ... joins the sea at Port Ardmore").
-    nearest = _nearness(run, focus, sentences + [f"{source.title}: {s}" for s in sentences if source.title])
+    nearest = _nearness(run, focus, sentences + after_title(source.title, sentences))
     if nearest is None or float(nearest.max()) >= run.settings.pipeline.relevance_threshold:
         return True
     run.ledger.release(source.url)
@@ -412,12 +412,19 @@ def relevance_to(run: RunContext, focus: str, pairs: list[tuple[str, str]], titl
     the singer of that ballad, comes near once read as "Ida Brandt: She is ...". None when the
     check is off."""
     texts = [t for pair in pairs for t in pair]
-    title = " ".join(title.split())
-    readings = 2 if title else 1
-    sims = _nearness(run, focus, texts + ([f"{title}: {t}" for t in texts] if title else [])) if pairs else None
+    titled = after_title(title, texts)
+    sims = _nearness(run, focus, texts + titled) if pairs else None
     if sims is None:
         return None
-    return list(sims.reshape(readings, len(pairs), 2).max(axis=(0, 2)))
+    return list(sims.reshape(2 if titled else 1, len(pairs), 2).max(axis=(0, 2)))
+
+
+def after_title(title: str | None, texts: list[str]) -> list[str]:
+    """Each text read after its page's title ("Velka River: The river ... joins the sea"), the
+    one form both the page gate and claim-relevance judge a sentence in, so the two checks
+    never read one sentence two ways; none without a title. The title's spacing is folded."""
+    title = " ".join((title or "").split())
+    return [f"{title}: {text}" for text in texts] if title else []
 
 
 def _nearness(run: RunContext, focus: str, texts: list[str]):

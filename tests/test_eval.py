@@ -47,6 +47,16 @@ def test_passage_recall_and_precision_by_hand():
     assert scoring.passage_recall(["p1"], []) is None
 
 
+def test_answer_read_finds_the_gold_as_whole_words_in_what_was_read():
+    read = "[1] Velka River: The river joins the sea at Port Ardmore, as the Ardmore Herald says."
+    assert scoring.answer_read(read, ["Port Ardmore"]) == 1.0
+    assert scoring.answer_read(read, ["the port of Ardmore", "port ardmore"]) == 1.0  # an alias
+    assert scoring.answer_read(read, ["Ardmore Harbour"]) == 0.0
+    assert scoring.answer_read(read, ["Ard"]) == 0.0  # part of a word is not the answer
+    assert scoring.answer_read(read, [""]) == 0.0
+    assert scoring.answer_read(None, ["Port Ardmore"]) is None  # nothing read: closed-book
+
+
 def test_bootstrap_interval_brackets_the_mean():
     values = [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     lo, hi = scoring.bootstrap_ci(values)
@@ -150,12 +160,21 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
     table = json.loads((out / "eval.json").read_text())
     again = json.loads(json.dumps(aggregate(rows, modes)))
     assert again == table, "the table is recomputable from the per-question JSONL"
+    small_questions = {q["id"]: q for q in (json.loads(line) for line in
+                                            (small_dataset / "questions.jsonl").read_text().splitlines())}
     answered = {" ".join(r["question"].split()): r for r in (
         json.loads(p.read_text()) for p in (tmp_path / "home" / "runs").glob("*/answer.json"))}
     for row in rows:
         assert row["model_calls"] + row["cache_hits"] >= 1
+        golds = [small_questions[row["id"]]["answer"], *small_questions[row["id"]].get("aliases", [])]
         if row["mode"] == "closed-book":
             assert row["sp_recall"] is None and row["cited"] == []
+            assert row["gold_read"] is None and row["f1_read"] is None
+        elif row["mode"] != "pipeline":
+            # Whether the gold was in the passages the answer call read; the F1 where it was
+            # read is the row's own.
+            assert row["gold_read"] in (0.0, 1.0)
+            assert row["f1_read"] == (row["f1"] if row["gold_read"] else None)
         if row["mode"] == "rag":
             assert row["cited"] and row["sp_recall"] is not None
             assert row["searches"] == [row["question"]]
@@ -170,6 +189,9 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
             # none when the run made no answer call).
             record = answered.get(" ".join(row["question"].split()))
             assert row["raw_answer"] == (record["raw"] if record else None)
+            # ... and whether the gold was in the evidence that call read (None: no call).
+            assert row["gold_read"] == scoring.answer_read(record["evidence"] if record else None, golds)
+            assert row["f1_read"] == (row["f1"] if row["gold_read"] else None)
             if row["prediction"]:
                 assert isinstance(row["raw_answer"], str) and row["raw_answer"].strip()
         if row["mode"] != "pipeline":

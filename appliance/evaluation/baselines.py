@@ -39,6 +39,7 @@ class BaselineAnswer:
     cited_urls: list[str] = field(default_factory=list)
     searches: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)  # the answer checks that fired on it
+    read: str | None = None  # the evidence its answer call read (None: closed-book)
 
 
 def _answer(writer, question: str, evidence: str | None, purpose: str, temperature: float,
@@ -65,8 +66,9 @@ def rag(question: str, *, writer, backend, fetcher, temperature: float,
     """One retrieval of the question's top passages and one short-answer call."""
     hits = backend.search(question, RAG_PASSAGES)
     sources = [s for s in fetcher.fetch_many([h.url for h in hits]) if s.ok]
-    answer, raw, fired = _answer(writer, question, passages_text(sources), "rag-answer", temperature, switches)
-    return BaselineAnswer(answer, raw, [h.url for h in hits], [question], fired)
+    evidence = passages_text(sources)
+    answer, raw, fired = _answer(writer, question, evidence, "rag-answer", temperature, switches)
+    return BaselineAnswer(answer, raw, [h.url for h in hits], [question], fired, evidence)
 
 
 def iterative(question: str, *, writer, backend, fetcher, temperature: float,
@@ -92,8 +94,9 @@ def iterative(question: str, *, writer, backend, fetcher, temperature: float,
         query = " ".join(step.next_search.split())
         if not query or query.lower() in (s.lower() for s in searches):
             break
-    answer, raw, fired = _answer(writer, question, passages_text(sources), "iterative-answer", temperature, switches)
-    return BaselineAnswer(answer, raw, seen, searches, fired)
+    evidence = passages_text(sources)
+    answer, raw, fired = _answer(writer, question, evidence, "iterative-answer", temperature, switches)
+    return BaselineAnswer(answer, raw, seen, searches, fired, evidence)
 
 
 def closed_book(question: str, *, writer, temperature: float, switches: Switches = ALL_ON) -> BaselineAnswer:

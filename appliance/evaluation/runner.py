@@ -168,35 +168,41 @@ class EvalRun:
         start = time.monotonic()
         answer, faithful, status = "", (0, 0), "ok"
         raw: str | None = None
+        read: str | None = None
         searches: list[str] = []
         cited: list[str] = []
         run_stats: dict[str, Any] = {}
         fired: list[str] = []
         try:
             if mode == "pipeline":
-                answer, raw, cited, faithful, status, run_stats, fired = self._pipeline(item)
+                answer, raw, read, cited, faithful, status, run_stats, fired = self._pipeline(item)
             else:
                 base = self._baseline(item, mode)
                 answer, raw, cited = base.answer, base.raw, [passage_id(u) for u in base.cited_urls]
-                searches, fired = base.searches, base.fired
+                searches, fired, read = base.searches, base.fired, base.read
         except ModelOutputError as exc:
             status = f"failed: {exc.message}"
         seconds = time.monotonic() - start
         after = self.models.totals()
         golds = [item.get("answer", "")] + list(item.get("aliases") or [])
         supporting = list(item.get("supporting_ids") or [])
+        f1 = scoring.token_f1(answer, golds)
+        gold_read = scoring.answer_read(read, golds)
         return {
             "id": item["id"], "mode": mode, "profile": self.settings.pipeline.profile,
             "model": self.models.label(), "without": sorted(self.settings.checks.disabled),
             "question": item["question"], "gold": item.get("answer", ""),
             "prediction": answer, "raw_answer": raw, "searches": searches, "status": status,
-            "em": scoring.exact_match(answer, golds), "f1": scoring.token_f1(answer, golds),
+            "em": scoring.exact_match(answer, golds), "f1": f1,
             "contains": scoring.contains_answer(answer, golds),
             "cited": cited,
             "sp_recall": scoring.passage_recall(cited, supporting) if mode != "closed-book" else None,
             "sp_precision": scoring.passage_precision(cited, supporting) if mode != "closed-book" else None,
             "quotes_found": faithful[0], "quotes_total": faithful[1],
             "faithfulness": (faithful[0] / faithful[1]) if faithful[1] else None,
+            # Whether the gold answer was in what the answer call read, and the F1 where it was:
+            # a wrong answer with the gold read is the reading's loss, without it the search's.
+            "gold_read": gold_read, "f1_read": f1 if gold_read else None,
             "seconds": round(seconds, 3),
             **{k: int(after[k] - before[k]) for k in
                ("model_calls", "cache_hits", "tokens_submitted", "tokens_evaluated", "tokens_generated")},
@@ -207,10 +213,12 @@ class EvalRun:
             "checks_fired": sorted(set(fired)),
         }
 
-    def _pipeline(self, item: dict) -> tuple[str, str | None, list[str], tuple[int, int], str, dict, list[str]]:
-        """The run's direct answer, the model's raw answer before the answer checks (None when
-        the run made no answer call), the cited passages, the quotes found in their sources,
-        the status, the run's statistics and the checks that fired."""
+    def _pipeline(self, item: dict) -> tuple[str, str | None, str | None, list[str], tuple[int, int], str, dict,
+                                             list[str]]:
+        """The run's direct answer, the model's raw answer before the answer checks and the
+        evidence its answer call read (both None when the run made no answer call), the cited
+        passages, the quotes found in their sources, the status, the run's statistics and the
+        checks that fired."""
         from ..pipeline.run import research
 
         result = research(item["question"], self.settings, models=self.models, backend=self.backend,
@@ -221,7 +229,8 @@ class EvalRun:
         # The report's direct answer: drawn from its confirmed claims and their quotes by the same
         # short-answer prompt rag and closed-book use (one call of the run, counted in its stats).
         fired = [check for check, count in (report.get("checks") or {}).get("counts", {}).items() if count]
-        return (report.get("short_answer", ""), _raw_answer(result.run_dir), cited, faithful, result.status,
+        raw, read = _answer_record(result.run_dir)
+        return (report.get("short_answer", ""), raw, read, cited, faithful, result.status,
                 report.get("stats", {}), fired)
 
     def _baseline(self, item: dict, mode: str) -> BaselineAnswer:
@@ -236,19 +245,24 @@ class EvalRun:
         return baselines.closed_book(item["question"], writer=writer, temperature=temperature, switches=switches)
 
 
-def _raw_answer(run_dir: Path) -> str | None:
-    """The final answer call's raw answer, from the run folder's answer record."""
+def _answer_record(run_dir: Path) -> tuple[str | None, str | None]:
+    """The final answer call's raw answer and the evidence it read, from the run folder's
+    answer record (None for what it does not hold: a run that made no answer call)."""
     try:
         record = json.loads((run_dir / Recorder.ANSWER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    raw = record.get("raw") if isinstance(record, dict) else None
-    return raw if isinstance(raw, str) else None
+        return None, None
+    if not isinstance(record, dict):
+        return None, None
+    raw, read = record.get("raw"), record.get("evidence")
+    return (raw if isinstance(raw, str) else None), (read if isinstance(read, str) else None)
 
 
 METRICS = [("em", "exact match"), ("f1", "token F1"), ("contains", "answer contained"),
            ("sp_recall", "supporting-passage recall"), ("sp_precision", "supporting-passage precision"),
-           ("faithfulness", "citation faithfulness"), ("seconds", "seconds per question"),
+           ("faithfulness", "citation faithfulness"),
+           ("gold_read", "answer in what the answer call read"), ("f1_read", "token F1 where it was read"),
+           ("seconds", "seconds per question"),
            ("model_calls", "model calls per question"), ("tokens_submitted", "prompt tokens submitted"),
            ("tokens_evaluated", "prompt tokens evaluated"), ("tokens_generated", "tokens generated")]
 

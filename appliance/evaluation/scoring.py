@@ -51,6 +51,16 @@ def contains_answer(prediction: str, golds: list[str]) -> float:
     return float(any(f" {normalize_answer(g)} " in pred for g in golds if normalize_answer(g)))
 
 
+def answer_read(text: str | None, golds: list[str]) -> float | None:
+    """1 when a normalised gold answer (or alias) occurs, as whole words, in ``text``: the
+    text an answer call read (None when it read none, closed-book). Where it is 1 and the
+    answer is still wrong, the reading lost it; where it is 0, the search never found it."""
+    if text is None:
+        return None
+    read = f" {normalize_answer(text)} "
+    return float(any(f" {normalize_answer(g)} " in read for g in golds if normalize_answer(g)))
+
+
 def passage_recall(cited: list[str], supporting: list[str]) -> float | None:
     """Share of supporting passages among the cited ones (None when there is nothing to find)."""
     gold = set(supporting)

@@ -322,6 +322,47 @@ def test_a_claim_is_judged_as_its_page_says_it_after_the_title(flow_settings, tm
         assert all(("claim-relevance" in r["checks"]) is not titled for r in mine)
 
 
+def test_a_page_s_sentence_nearest_the_question_is_a_claim_when_the_extractor_passed_it_over(flow_settings, tmp_path):
+    """The extractor picks "The newsletter is printed on blue paper." from a page whose next
+    sentence, "Jane Roe was born in 1870 in Lisbon.", is what the run asks: check
+    nearest-sentence adds that sentence as a claim of its own (rated supporting, the sentence
+    itself, so confirmed as verbatim with no vote) and the answer reads it. Switched off, the
+    page gives only the extractor's pick; when the extractor picks the nearest sentence itself,
+    nothing is added."""
+    url = "http://e.test/notes"
+    page = "The newsletter is printed on blue paper. Jane Roe was born in 1870 in Lisbon."
+    for picks, disabled, added in (("The newsletter is printed on blue paper.", [], True),
+                                   ("The newsletter is printed on blue paper.", ["nearest-sentence"], False),
+                                   ("Jane Roe was born in 1870 in Lisbon.", [], False)):
+        def extract(messages, seed, picks=picks):
+            # The quick profile's extraction: whole sentences of the page, no restatement.
+            text = messages[-1]["content"]
+            if "printed on blue paper" in text:
+                return {"source_quality": "secondary", "claims": [{"quote": picks, "importance": "central"}]}
+            if "Alpha Corp was founded" in text:
+                return {"source_quality": "primary", "claims": [
+                    {"quote": "Alpha Corp was founded in 1901 by Jane Roe in Springfield.", "importance": "central"}]}
+            return {"source_quality": "blog", "claims": []}
+
+        where = tmp_path / f"{len(disabled)}-{picks[:4]}"
+        settings = flow_settings.with_overrides({"pipeline.relevance_threshold": 0.4, "pipeline.quote_sentences": True,
+                                                 "checks.disabled": ["page-gate", *disabled],
+                                                 "state.home": str(where / "home")})
+        result = run_fake(settings, where, FakeEngine(script(extract=extract)),
+                          hits=[*HITS, Hit(url=url, rank=4)], pages={**PAGES, url: page})
+        records = [json.loads(line) for line in (result.run_dir / "claims.jsonl").read_text().splitlines()]
+        nearest = [r for r in records if "nearest-sentence" in r["checks"]]
+        born = "Jane Roe was born in 1870 in Lisbon"  # the source's span, as the quote check keeps it
+        assert [r["claim"] for r in nearest if r["source_url"] == url] == ([born] if added else [])
+        assert all(r["importance"] == "supporting" and r["relevance"] >= 0.4 and r["accepted"] for r in nearest)
+        assert (result.report["checks"]["counts"].get("nearest-sentence", 0) >= 1) is added
+        if added:
+            claim = next(c for c in result.report["claims"] if c["text"] == born)
+            assert claim["verdict"]["confirmed"] and claim["verdict"]["verbatim"]
+            answered = json.loads((result.run_dir / "answer.json").read_text())
+            assert born in answered["evidence"]
+
+
 def test_the_page_gate_and_claim_relevance_read_a_sentence_after_its_title_in_one_form():
     """Both checks read a sentence after its page's title through ``after_title``: the title's
     spacing folded, nothing added for an untitled page, so the two never judge one sentence in

@@ -73,6 +73,11 @@ CHECKS: tuple[Check, ...] = (
           "Demotes to tangential a claim whose text and quote are both far in meaning from what "
           "the run asks, read alone and after their page's title.",
           "gather:relevance_to", ("pipeline.relevance_threshold",)),
+    Check("nearest-sentence", "gather",
+          "Adds to a page's claims its sentence nearest in meaning to what the run asks, read "
+          "alone and after the page's title, when the extractor did not pick it and it is near "
+          "enough: a small model choosing sentences often passes over the one that answers.",
+          "gather:nearest_sentence", ("pipeline.relevance_threshold",)),
     Check("claim-ungrounded", "gather",
           "Replaces a claim by the sentence it quotes when fewer than half of its content words "
           "are in that sentence.",

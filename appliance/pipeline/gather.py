@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..contracts import (Claim, Extraction, Hit, Importance, IterativeStep, NodeState, Reflection,
-                         SearchQueries, Source, answer_schema, bounded, quoting_extraction)
+                         SearchQueries, Source, SourceQuality, answer_schema, bounded, quoting_extraction)
 from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
@@ -401,7 +401,47 @@ def _read_source(run: RunContext, node: NodeState, parent_text: str, source: Sou
             source_url=source.url, source_title=source.title, importance=importance,
             source_quality=extraction.source_quality,
             published=source.published or extraction.publish_date))
-    return accepted
+    nearest = _nearest_claim(run, node, source, list(sentences), focus, accepted,
+                             f"{node.id}-s{index}-c{len(extraction.claims[: settings.claims_per_source]) + 1}",
+                             extraction.source_quality, source.published or extraction.publish_date)
+    return accepted + ([nearest] if nearest is not None else [])
+
+
+def _nearest_claim(run: RunContext, node: NodeState, source: Source, sentences: list[str], focus: str,
+                   picked: list[Claim], claim_id: str, quality: SourceQuality,
+                   published: str | None) -> Claim | None:
+    """Check nearest-sentence: the page's sentence nearest to what the run asks, as a claim of
+    its own (the sentence is the claim, rated supporting, so the extractor's central picks
+    rank first), when it is near enough (``relevance_threshold``) and none of ``picked``
+    quotes it. None otherwise, or when the check or the embedder is off."""
+    if not sentences or not run.checks.on("nearest-sentence"):
+        return None
+    found = nearest_sentence(run, focus, sentences, source.title)
+    if found is None or found[1] < run.settings.pipeline.relevance_threshold:
+        return None
+    span = find_quote(found[0], source.text, run.settings.pipeline.quote_similarity)
+    if span is None or " ".join(span.split()) in {" ".join(c.quote.split()) for c in picked}:
+        return None
+    text = " ".join(span.split())
+    run.checks.fired("nearest-sentence", on=f"claim {claim_id}", relevance=round(found[1], 3))
+    run.recorder.append("claims", {"node": node.id, "source_url": source.url, "claim": text, "model_quote": None,
+                                   "accepted": True, "importance": Importance.supporting.value,
+                                   "relevance": round(found[1], 3), "checks": ["nearest-sentence"]})
+    return Claim(id=claim_id, node_id=node.id, text=text, quote=span, source_url=source.url,
+                 source_title=source.title, importance=Importance.supporting, source_quality=quality,
+                 published=published)
+
+
+def nearest_sentence(run: RunContext, focus: str, sentences: list[str], title: str | None) -> tuple[str, float] | None:
+    """Check nearest-sentence decides on this: the sentence nearest in meaning to what the run
+    asks (``_nearness``), each read alone and after the page's title as the page gate reads
+    them, with its similarity; None without an embedder or with the threshold at 0."""
+    sims = _nearness(run, focus, sentences + after_title(title, sentences)) if sentences else None
+    if sims is None:
+        return None
+    best = sims.reshape(-1, len(sentences)).max(axis=0)
+    at = int(best.argmax())
+    return sentences[at], float(best[at])
 
 
 def relevance_to(run: RunContext, focus: str, pairs: list[tuple[str, str]], title: str = ""):

@@ -356,6 +356,8 @@ def test_a_page_s_sentence_nearest_the_question_is_a_claim_when_the_extractor_pa
         assert [r["claim"] for r in nearest if r["source_url"] == url] == ([born] if added else [])
         assert all(r["importance"] == "supporting" and r["relevance"] >= 0.4 and r["accepted"] for r in nearest)
         assert (result.report["checks"]["counts"].get("nearest-sentence", 0) >= 1) is added
+        # Counted with the extractor's claims: every line of claims.jsonl is one extracted claim.
+        assert result.report["stats"]["claims_extracted"] == len(records)
         if added:
             claim = next(c for c in result.report["claims"] if c["text"] == born)
             assert claim["verdict"]["confirmed"] and claim["verdict"]["verbatim"]

@@ -424,6 +424,7 @@ def _nearest_claim(run: RunContext, node: NodeState, source: Source, sentences: 
         return None
     text = " ".join(span.split())
     run.checks.fired("nearest-sentence", on=f"claim {claim_id}", relevance=round(found[1], 3))
+    run.stats.add(claims_extracted=1)  # a claim of the page like the extractor's, counted with them
     run.recorder.append("claims", {"node": node.id, "source_url": source.url, "claim": text, "model_quote": None,
                                    "accepted": True, "importance": Importance.supporting.value,
                                    "relevance": round(found[1], 3), "checks": ["nearest-sentence"]})

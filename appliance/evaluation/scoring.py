@@ -55,10 +55,7 @@ def answer_read(text: str | None, golds: list[str]) -> float | None:
     """1 when a normalised gold answer (or alias) occurs, as whole words, in ``text``: the
     text an answer call read (None when it read none, closed-book). Where it is 1 and the
     answer is still wrong, the reading lost it; where it is 0, the search never found it."""
-    if text is None:
-        return None
-    read = f" {normalize_answer(text)} "
-    return float(any(f" {normalize_answer(g)} " in read for g in golds if normalize_answer(g)))
+    return None if text is None else contains_answer(text, golds)
 
 
 def passage_recall(cited: list[str], supporting: list[str]) -> float | None:

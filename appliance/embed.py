@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,12 @@ from .errors import ModelError
 _cache: dict[str, "Embedder"] = {}
 # Texts per call up to which encoding runs on one thread (queries, not corpus batches).
 _FEW = 4
+# Vectors an embedder keeps of the short texts it embedded last. A research run embeds the
+# same sentences more than once (a page's sentences for the page gate, then again to pick
+# its nearest sentence; a claim for its relevance, then for de-duplication): each is
+# computed once. Calls with more texts than ``_REMEMBER_CALL`` (corpus batches) pass by.
+_REMEMBERED = 4096
+_REMEMBER_CALL = 512
 _cache_lock = threading.Lock()
 
 
@@ -31,6 +38,7 @@ class Embedder:
         self._lock = threading.Lock()
         self._model = _load(self.path)
         self.threads = _set_threads(threads)
+        self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
         # Renamed in sentence-transformers 6; the old name still works there, with a warning.
         getter = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
@@ -49,25 +57,44 @@ class Embedder:
         return self.path.name
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts``: shape (len(texts), dim), float32, each row of unit length."""
+        """Embed ``texts``: shape (len(texts), dim), float32, each row of unit length. A text
+        embedded in a recent call is not embedded again (see ``_REMEMBERED``)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if len(texts) > _REMEMBER_CALL:
+            with self._lock:
+                return self._encode(list(texts))
+        with self._lock:
+            memory = self._memory
+            missing = list(dict.fromkeys(t for t in texts if t not in memory))
+            if missing:
+                for text, vector in zip(missing, self._encode(missing)):
+                    memory[text] = vector.copy()
+            rows = []
+            for text in texts:
+                memory.move_to_end(text)
+                rows.append(memory[text])
+            while len(memory) > _REMEMBERED:
+                memory.popitem(last=False)
+        return np.ascontiguousarray(np.stack(rows), dtype=np.float32)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        """The model's vectors for ``texts``; the caller holds ``_lock``."""
         import torch  # loaded with the model already; this only binds the name
 
-        with self._lock:
-            # A query or two runs on one thread: with several, every layer waits at a barrier
-            # for all of them, and on a busy 2-core machine one query took 1,060 ms p50 on two
-            # threads against 51 ms on one (measured). Batches keep every core.
-            few = len(texts) <= _FEW
+        # A query or two runs on one thread: with several, every layer waits at a barrier
+        # for all of them, and on a busy 2-core machine one query took 1,060 ms p50 on two
+        # threads against 51 ms on one (measured). Batches keep every core.
+        few = len(texts) <= _FEW
+        if few:
+            torch.set_num_threads(1)
+        try:
+            vectors = self._model.encode(texts, batch_size=self.batch_size,
+                                         normalize_embeddings=True, convert_to_numpy=True,
+                                         show_progress_bar=False)
+        finally:
             if few:
-                torch.set_num_threads(1)
-            try:
-                vectors = self._model.encode(list(texts), batch_size=self.batch_size,
-                                             normalize_embeddings=True, convert_to_numpy=True,
-                                             show_progress_bar=False)
-            finally:
-                if few:
-                    torch.set_num_threads(self.threads)
+                torch.set_num_threads(self.threads)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
 

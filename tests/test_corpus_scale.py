@@ -75,3 +75,28 @@ def test_ann_index_above_the_threshold_and_kept_up_to_date(tmp_path):
     fresh = Corpus(settings, "ann")  # a new process's view: the ANN path answers
     for record in _records(450)[::45]:
         assert fresh.search(record["text"], 3)[0].url == f"corpus://ann/{record['id']}"
+
+
+def test_the_embedder_embeds_a_text_of_a_recent_call_once(tmp_path):
+    """A run embeds a page's sentences for the page gate and again to pick its nearest one:
+    the second call reuses the vectors (the model is not called for them) and they are the
+    ones a fresh call gives. Large calls (corpus batches) are not remembered."""
+    from appliance import embed
+    from appliance.embed import get_embedder
+
+    embedder = get_embedder(make_settings(tmp_path / "home", **loopback_overrides()))
+    texts = ["Port Ardmore lies in Velka province.", "Its mayor is Ida Brandt.", "The town has two ferries."]
+    first = embedder.encode(texts)
+    calls: list[list[str]] = []
+    model_encode = embedder._encode
+    embedder._encode = lambda batch: calls.append(list(batch)) or model_encode(batch)
+    try:
+        again = embedder.encode(["Who is the mayor of Port Ardmore?", *texts[::-1], texts[0]])
+        assert calls == [["Who is the mayor of Port Ardmore?"]]
+        assert np.allclose(again[1:4], first[::-1], atol=1e-6) and np.allclose(again[4], first[0], atol=1e-6)
+        assert again.shape == (5, embedder.dim) and again.dtype == np.float32
+        big = [f"Sentence {i} of a corpus batch." for i in range(embed._REMEMBER_CALL + 1)]
+        embedder.encode(big)
+        assert big[0] not in embedder._memory and len(calls) == 2
+    finally:
+        del embedder._encode

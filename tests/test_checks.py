@@ -531,3 +531,45 @@ def test_sentences_picked_as_claims_are_verified_verbatim_with_no_vote(tmp_path)
     worded, engine = run(tmp_path / "worded", restate=True)
     assert _verified_texts(worded) == {"The Velka River flows past Ardmore."}
     assert [p for p, _ in engine.calls if p == "vote"]
+
+
+# ------------------------------------------------------------------ chain-contradicted
+
+def test_a_sub_question_answering_the_last_step_otherwise_than_the_run_is_left_out():
+    """A gap node asked the last step again and answered it from a verified sentence about
+    something else; the run's answer differs: that node answer leaves the summary and the
+    answer's citations. A step the run built on, a different kind of question, a yes or no,
+    a compared thing's node and an agreeing answer are all kept."""
+    from appliance.contracts import Importance, MergedClaim, NodeState, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import answer_support, contradicted, outline
+
+    question = "Who founded the press that printed Harbour Notes?"
+    first = NodeState(id="q1", question="Which press printed Harbour Notes?", answer="Ardmore Press")
+    last = NodeState(id="q2", question="Who founded #1?", resolved="Who founded Ardmore Press?",
+                     depends_on=["q1"], answer="Marta Olsen")
+    again = NodeState(id="g1", question="Who founded the Ardmore Press?", answer="Ida Brandt", from_gap_round=True)
+    nodes = [first, last, again]
+    assert contradicted(again, nodes, question, "Marta Olsen")
+    assert not contradicted(again, nodes, question, "Ida Brandt")  # agrees
+    assert not contradicted(again, nodes, question, "")  # no run answer
+    assert not contradicted(last, nodes, question, "Marta Olsen.")  # the same answer, other form
+    assert not contradicted(first, nodes, question, "Marta Olsen")  # the run built on it
+    when = NodeState(id="g2", question="When was the Ardmore Press founded?", answer="1901")
+    assert not contradicted(when, nodes + [when], question, "Marta Olsen")  # asks another kind
+    side = NodeState(id="q9", question="Harbour Notes", compares="Harbour Notes", answer="x")
+    assert not contradicted(side, nodes + [side], question, "Marta Olsen")
+    assert not contradicted(again, nodes, "Is Marta Olsen the founder of the Ardmore Press?", "no")
+
+    def claim(i, text, node):
+        return MergedClaim(id=f"m{i}", text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{i}.test", quote=text)], members=[f"m{i}"],
+                           node_ids=[node])
+
+    confirmed = [claim(1, "Harbour Notes was printed by the Ardmore Press.", "q1"),
+                 claim(2, "Marta Olsen founded the Ardmore Press in 1901.", "q2"),
+                 claim(3, "Ida Brandt first used the word harbourage in print.", "g1")]
+    assert "m3" in answer_support(confirmed, nodes, "Marta Olsen")
+    again.answer_superseded = contradicted(again, nodes, question, "Marta Olsen")
+    assert "m3" not in answer_support(confirmed, nodes, "Marta Olsen")
+    summary = outline(confirmed, nodes).executive_summary
+    assert "Marta Olsen" in summary and "Ida Brandt" not in summary

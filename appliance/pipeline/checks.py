@@ -157,6 +157,11 @@ CHECKS: tuple[Check, ...] = (
           "question when the gap round's step found the verified evidence short of answering it "
           "and named a further search.",
           "gaps:asks_the_question", ("pipeline.gap_questions", "pipeline.answer_chain")),
+    Check("chain-contradicted", "answer",
+          "Leaves out of the report's summary and the answer's citations the answer of a "
+          "sub-question that asks for what the question asks for (the same form and kind of "
+          "answer, no later sub-question built on it) when the run's answer differs from it.",
+          "synthesize:contradicted"),
     Check("answer-composed", "answer",
           "Answers a yes/no question about two named things joined by and with what the answers "
           "of the sub-questions about each alone decide: yes only if both are yes, and for a "

@@ -29,7 +29,7 @@ from .forms import answer_rests_on, compared, names_alone
 from .names import names_nothing, off_subject
 from .plan import plan_research, repair_checks, topo_order
 from .state import Progress, Recorder, RunContext, RunStats, SearchLog, write_atomic
-from .synthesize import answer_support, claim_contexts, outline, short_answer, synthesize
+from .synthesize import answer_support, claim_contexts, contradicted, outline, short_answer, synthesize
 from .verify import is_verbatim, verbatim_verdict, verify_claims
 
 @dataclass
@@ -163,6 +163,11 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
         return
     with _phase(run, "answer"):
         data.short_answer = short_answer(run, confirmed, data.nodes)
+        for node in data.nodes:
+            if not node.answer_superseded and run.checks.applies(
+                    "chain-contradicted", lambda: contradicted(node, data.nodes, run.ctx.question, data.short_answer),
+                    on=f"answer of {node.id}", answer=node.answer):
+                node.answer_superseded = True
         if data.short_answer:
             # The research without the final answer's own words: what a claim cited beside
             # the answer must be about, beyond carrying the answer.

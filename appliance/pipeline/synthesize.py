@@ -17,7 +17,8 @@ from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Syn
 from . import prompts
 from .anchor import quote_context, source_passages
 from .checks import ALL_ON, Switches
-from .forms import HeldAnswer, answer_rests_on, compared, composed_answer, echoes_example, held_answer, is_yes_no, names_alone
+from .forms import (HeldAnswer, answer_rests_on, asked_form, asked_kind, compared, composed_answer, echoes_example,
+                    held_answer, is_yes_no, names_alone)
 from .gather import answer_checked, dedupe_text
 from .names import GENERIC_NAMES, name_found, names, off_subject
 from .text import grounded
@@ -134,6 +135,24 @@ def record_answer(run: RunContext, evidence: str, held: HeldAnswer, raw: str | N
         "allowed": held.allowed, "raw": raw, "answer": answer})
 
 
+def contradicted(node: NodeState, nodes: list[NodeState], question: str, answer: str) -> bool:
+    """Check chain-contradicted decides on this: whether ``node`` answers the question's last
+    step and the run's ``answer`` differs from it. A sub-question that no other builds on and
+    that asks for the same form and kind of answer as the question ("Who founded the Ardmore
+    Press?" under "Who founded the press that printed Harbour Notes?") answers what the run's
+    answer answers; read from fewer claims, a different answer of it is the guess the run's
+    answer overruled, and shown beside it the report would say two things. Never for a yes or
+    no, or a question comparing two things (each side's sub-question answers a part), or with
+    no run answer."""
+    if not (answer and node.answer) or node.reads_only or is_yes_no(question) or compared(question):
+        return False
+    if any(node.id in other.depends_on for other in nodes):
+        return False
+    if (asked_form(node.asked), asked_kind(node.asked)) != (asked_form(question), asked_kind(question)):
+        return False
+    return not (answer_rests_on(node.answer, answer) or answer_rests_on(answer, node.answer))
+
+
 def side_answers(nodes: list[NodeState], items: list[str]) -> list[list[str]]:
     """Per compared thing, the answers of the sub-questions about it alone, in plan order
     (a sub-question whose answer was superseded, or that has none, gives none)."""
@@ -209,7 +228,7 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
             take([c for c in confirmed if about_item(c, item)])
 
     for node in nodes:
-        if not node.answer:
+        if not node.answer or node.answer_superseded:
             continue
         own = [c for c in confirmed if node.id in c.node_ids]
         yes_no = node.answer.strip().lower().rstrip(".") in ("yes", "no")

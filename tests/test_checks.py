@@ -573,3 +573,85 @@ def test_a_sub_question_answering_the_last_step_otherwise_than_the_run_is_left_o
     assert "m3" not in answer_support(confirmed, nodes, "Marta Olsen")
     summary = outline(confirmed, nodes).executive_summary
     assert "Marta Olsen" in summary and "Ida Brandt" not in summary
+
+
+# ------------------------------------------------------------------ search-named-first
+
+def _hit(url: str, title: str, snippet: str) -> Hit:
+    return Hit(url=url, title=title, snippet=snippet)
+
+
+COUNTY_HITS = [
+    _hit("http://a.test/counties", "Counties", "A county is a division of a state or country, often with its own seat."),
+    _hit("http://b.test/ruritania", "Geography of Ruritania", "Ruritania is a small kingdom with nine counties."),
+    _hit("http://c.test/ardmore", "Ardmore", "Ardmore is a harbour town of Velka County, Ruritania."),
+]
+
+
+def test_search_named_first_reads_the_hits_naming_more_of_the_query_first():
+    from types import SimpleNamespace
+
+    from appliance.pipeline.gather import named_first
+
+    def run_of(firings):
+        return SimpleNamespace(checks=firings, ctx=SimpleNamespace(question="Which river runs past Ardmore?"))
+
+    firings = Firings()
+    ordered = named_first(run_of(firings), "Which county of Ruritania is Ardmore in?", list(COUNTY_HITS), node="q1")
+    # Both names, then one, then none; the page on counties in general comes last.
+    assert [h.url for h in ordered] == ["http://c.test/ardmore", "http://b.test/ruritania", "http://a.test/counties"]
+    assert firings.counts == {"search-named-first": 1}
+    assert firings.log[0]["node"] == "q1" and firings.log[0]["moved_up"] == ["http://c.test/ardmore"]
+    # Equals keep the search's order; a query naming only kinds of things ("County"), or
+    # nothing, or hits already in order, or the question as asked (its node reads what one
+    # retrieval call would), leave the order as it is and fire nothing.
+    for query, hits in (("Which county is the largest?", COUNTY_HITS),
+                        ("Which  river runs past ARDMORE?", COUNTY_HITS),
+                        ("Which County has the most lakes?", COUNTY_HITS),
+                        ("Which county of Ruritania is Ardmore in?", [COUNTY_HITS[2], COUNTY_HITS[1], COUNTY_HITS[0]]),
+                        ("Which towns does Velka County hold?", [COUNTY_HITS[2], COUNTY_HITS[0], COUNTY_HITS[1]])):
+        quiet = Firings()
+        assert named_first(run_of(quiet), query, list(hits)) == hits, query
+        assert quiet.counts == {}, query
+    off = Firings(Switches({"search-named-first"}))
+    assert named_first(run_of(off), "Which county of Ruritania is Ardmore in?",
+                       list(COUNTY_HITS)) == COUNTY_HITS
+    assert off.counts == {}
+
+
+def _county_run(tmp_path, disabled=()):
+    question = "What is the seat of the county of Ruritania that Ardmore is in?"
+    pages = {"http://a.test/counties": "A county is a division of a state or country, often with its own seat.",
+             "http://b.test/ruritania": "Ruritania is a small kingdom with nine counties.",
+             "http://c.test/ardmore": "Ardmore is a harbour town of Velka County, Ruritania."}
+    script = {
+        "plan": lambda m, s: Plan(effort=1, nodes=[
+            PlanNode(id="q1", question="Which county of Ruritania is Ardmore in?"),
+            PlanNode(id="q2", question="What is the seat of #1?", depends_on=["q1"])]),
+        "extract": quoting_extract(["Ardmore is a harbour town of Velka County, Ruritania",
+                                    "A county is a division of a state or country, often with its own seat"]),
+        "node-answer": lambda m, s: ShortAnswer(answer="Velka County"),
+        "answer": lambda m, s: ShortAnswer(answer="Velka County"),
+        "next-search": lambda m, s: IterativeStep(known="", next_search=""),
+    }
+    settings = load_settings(profile="quick", env={"APPLIANCE_HOME": str(tmp_path / "home")}, overrides={
+        "pipeline.sources_per_node": 1, "pipeline.question_sources": 0, "pipeline.gap_questions": 0,
+        "pipeline.plan_draws": 1, "pipeline.relevance_threshold": 0, "checks.disabled": list(disabled)})
+    engine = FakeEngine(script)
+    models = Models(planner=engine, extractor=engine, verifier=engine, writer=engine)
+    return research(question, settings, models=models, backend=FakeBackend(COUNTY_HITS),
+                    fetcher=FakeFetcher(pages), embedder=get_embedder(settings), out_dir=tmp_path / "reports")
+
+
+def test_a_node_reading_one_page_reads_the_hit_that_names_its_subject(tmp_path):
+    def read(result) -> dict[str, str]:
+        rows = [json.loads(line) for line in (result.run_dir / "sources.jsonl").read_text().splitlines()]
+        return {row["url"]: row["node"] for row in rows if not row.get("off_topic")}
+
+    on = _county_run(tmp_path / "on")
+    assert read(on)["http://c.test/ardmore"] == "q1"
+    assert on.report["stats"]["checks"]["search-named-first"] >= 1
+    # Off, each node reads the search's first page it may: neither names Ardmore.
+    off = _county_run(tmp_path / "off", disabled=["search-named-first"])
+    assert "search-named-first" not in off.report["stats"]["checks"]
+    assert "http://c.test/ardmore" not in read(off) and read(off)["http://a.test/counties"] == "q1"

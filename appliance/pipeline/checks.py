@@ -61,6 +61,10 @@ CHECKS: tuple[Check, ...] = (
           "names words of a prompt's worked example its input did not have.",
           "forms:echoes_example"),
     # gather
+    Check("search-named-first", "gather",
+          "Reads first, of a search's hits, those whose title and snippet name more of the names "
+          "the query asks about; the search's own order stands among equals and for the question as asked.",
+          "gather:named_first"),
     Check("page-gate", "gather",
           "Does not read a page none of whose sentences comes near in meaning to what the run "
           "asks; the page is given back for a later node.",

@@ -20,7 +20,7 @@ from ..errors import RunCancelled, SearchError, StateError
 from . import prompts
 from .anchor import find_quote, passages_text, quotable_sentences, quote_context, source_passages
 from .forms import checked_answer, compared, compared_query, echoes_example, held_answer
-from .names import names_unsupported, off_subject
+from .names import names_named, names_unsupported, off_subject, query_names
 from .text import grounded, same_question
 from .state import RunContext, ask
 
@@ -184,7 +184,7 @@ def _gather_node(run: RunContext, node: NodeState, parents: list[NodeState], eff
     rounds = rounds_of(run, node, iterations)
     for iteration in range(rounds):
         node.queries.extend(queries)
-        hits = _search(run, queries)
+        hits = _search(run, queries, node.id)
         # A later search of the question's own node is what its pages must come near: the
         # hop it names ("Brandt and Sons founder") may share no words with the question.
         focus = queries[0] if iteration and node.whole_question else query_with_answers(node, parents)
@@ -262,7 +262,7 @@ def _clean_queries(queries: list[str]) -> list[str]:
     return seen
 
 
-def _search(run: RunContext, queries: list[str]) -> list[Hit]:
+def _search(run: RunContext, queries: list[str], node: str = "") -> list[Hit]:
     """Hits of every query, interleaved by rank (best of each query first)."""
     per_query: list[list[Hit]] = []
     limit = run.settings.search.results_per_query
@@ -281,11 +281,32 @@ def _search(run: RunContext, queries: list[str]) -> list[Hit]:
                 hit.query = query
             run.searches.put(key, [h.model_dump(mode="json") for h in hits])
         run.stats.add(searches=1, hits=len(hits))
-        per_query.append(hits)
+        per_query.append(named_first(run, query, hits, node))
     merged: list[Hit] = []
     for rank in range(max((len(h) for h in per_query), default=0)):
         merged.extend(hits[rank] for hits in per_query if rank < len(hits))
     return merged
+
+
+def named_first(run: RunContext, query: str, hits: list[Hit], node: str = "") -> list[Hit]:
+    """Check search-named-first: a query's hits ordered by how many of the names it asks about
+    their title and snippet name, the search's own order kept among equals. A node reads a few
+    pages of each search, and a ranking that weighs meaning puts a page on the general topic
+    ("Which county is Ardmore in?": a page on counties) before the one page naming the place.
+    The question as asked keeps the search's order: its node reads what one retrieval call
+    would, and a question names incidental things ("Besides Ardmore, which town ...") that a
+    sub-question leaves out."""
+    asked = query_names(query)
+    if (len(hits) < 2 or not asked or same_question(query, run.ctx.question)
+            or not run.checks.on("search-named-first")):
+        return hits
+    named = [names_named(asked, f"{hit.title}. {hit.snippet}") for hit in hits]
+    order = sorted(range(len(hits)), key=lambda i: -named[i])
+    if order == list(range(len(hits))):
+        return hits
+    moved = [hits[i].url for i, at in zip(order, range(len(hits))) if i > at]
+    run.checks.fired("search-named-first", on=f"query {query!r}", node=node, moved_up=moved)
+    return [hits[i] for i in order]
 
 
 def _admit(run: RunContext, hits: list[Hit], cap: int) -> list[Hit]:

@@ -66,6 +66,18 @@ def name_found(name: str, basis: set[str]) -> bool:
     return name in basis or (len(name) >= 4 and any(len(b) >= 4 and b[:4] == name[:4] for b in basis))
 
 
+def query_names(query: str) -> set[str]:
+    """The names a search query asks about: its names but the kinds of thing ("University")."""
+    return {n for n in names(query) if n not in GENERIC_NAMES}
+
+
+def names_named(asked: set[str], text: str) -> int:
+    """How many of the names ``asked`` the text names (a sentence's first word counts here: a
+    page's title and opening sentence start with its subject)."""
+    basis = names(text, openers=True)
+    return sum(1 for name in asked if name_found(name, basis))
+
+
 def off_subject(claim: str, chain: str, around: str = "") -> bool:
     """Whether a claim is about other named things than the research: the claim (its text and
     quotes) names something, the research (``chain``: the question, its sub-questions and their

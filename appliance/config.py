@@ -68,6 +68,7 @@ class LlmSettings(_Section):
     max_retries: Zeroable
     max_output_tokens: Count
     cache: bool
+    keep_prefixes: bool
 
 
 class EmbedSettings(_Section):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -88,6 +89,12 @@ def check_state(settings) -> str:
     if settings.llm.cache:
         cache = CallCache.for_settings(settings)
         detail += f"; call cache {cache.count()} entries"
+    if settings.llm.keep_prefixes:
+        sizes = []
+        for kept in (home / "cache" / "prefixes").glob("*.kv"):
+            with contextlib.suppress(OSError):  # pruned by a run meanwhile
+                sizes.append(kept.stat().st_size)
+        detail += f"; {len(sizes)} instruction heads kept ({sum(sizes) / 1e6:.0f} MB)"
     return detail
 
 

@@ -19,14 +19,15 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..config import Settings
-from ..errors import ContextOverflowError, ModelOutputError, UsageError
+from ..config import Settings, state_dir
+from ..errors import ContextOverflowError, ModelOutputError, StateError, UsageError
 from .accounting import Accounting, CallCounting, CallRecord, Listener
 from .cache import CallCache, call_key
 from .grammar import grammar_for, schema_json
 from .manifest import (HashCache, Manifest, ModelEntry, ROLES, check_model_file, load_manifest_for,
                        resolve_model)
 from .native import Completion, LlamaBackend
+from .prefixes import PrefixStore
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -88,6 +89,12 @@ class Engine(CallCounting):
         backend = LlamaBackend.load(path, name=entry.name, n_ctx=context_size(settings, entry),
                                     n_threads=llm.n_threads, n_batch=llm.n_batch, seed=llm.seed,
                                     chat_format=entry.chat_format or None)
+        backend.model_digest = entry.sha256
+        if llm.keep_prefixes:
+            try:
+                backend.store = PrefixStore(state_dir(settings, "cache", "prefixes"), backend.identity())
+            except StateError:
+                pass  # no writable state folder: heads are kept in memory only
         return cls(backend, entry, settings, cache=cache)
 
     # ---------------------------------------------------------------- small public API

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import ModelError
+from .prefixes import PrefixStore
 
 log = logging.getLogger("appliance.llm.native")
 
@@ -150,6 +151,9 @@ class LlamaBackend:
         self._pieces: dict[int, bytes] = {}
         self._reusable = 0  # how many of llama.cpp's cached tokens a later call may reuse
         self.prefixes = PrefixBank()
+        # Head states kept in the state folder across processes (``Engine.load`` sets it).
+        self.store: PrefixStore | None = None
+        self.model_digest = ""  # the weights' sha256, part of ``identity``
         # The fixed head of the prompt last rendered (its system message), by system text.
         self._head_lengths: dict[str, int] = {}
         self._last_head: tuple[int, ...] = ()
@@ -336,10 +340,15 @@ class LlamaBackend:
         # The same prompt again (the votes on one claim): everything but the two-token tail
         # was evaluated in the chunks this prompt itself makes.
         again = len(cached) == len(tokens) and lcp >= len(tokens) - _TAIL
-        saved = self.prefixes.longest(tokens)
-        if saved is not None and len(saved.tokens) > lcp and self._restore(saved):
-            lcp, again = len(saved.tokens), False
         head = self._last_head if tuple(tokens[:len(self._last_head)]) == self._last_head else ()
+        if head and lcp < len(head) and self.store is not None and self.prefixes.get(head) is None:
+            self._load_kept(head)
+        saved = self.prefixes.longest(tokens)
+        if saved is not None and len(saved.tokens) > lcp:
+            if self._restore(saved):
+                lcp, again = len(saved.tokens), False
+            else:
+                self.prefixes.drop(saved.tokens)  # evaluated again below, in the head's own chunks
         evaluated = 0
         if head and lcp < len(head) <= len(tokens) - 2 * _TAIL and self.prefixes.get(head) is None:
             # Evaluate up to the end of the fixed head, keep its state, then go on from there:
@@ -379,6 +388,31 @@ class LlamaBackend:
         buffer = (ctypes.c_uint8 * size)()
         if llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0) == size:
             self.prefixes.put(SavedPrefix(tokens=head, state=buffer))
+            if self.store is not None:
+                self.store.save(head, bytes(buffer))
+
+    def _load_kept(self, head: tuple[int, ...]) -> None:
+        """Put the head's state kept in the state folder (``prefixes.PrefixStore``), if any,
+        into the memory bank, from where it is restored like one saved in this process."""
+        assert self.store is not None
+        state = self.store.load(head)
+        if state is not None:
+            self.prefixes.put(SavedPrefix(tokens=head, state=(ctypes.c_uint8 * len(state)).from_buffer_copy(state)))
+
+    def identity(self) -> str:
+        """What a kept KV state is valid for: the weights, llama.cpp's build and CPU features,
+        the context and batch sizes and the threads (a state restored elsewhere would make
+        outputs differ from evaluating the same prompt here)."""
+        llama_cpp = _llama_cpp()
+        try:
+            system = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+        except Exception:  # noqa: BLE001 - an older binding: the version stands for the build
+            system = ""
+        params = self.llama.context_params
+        return "|".join(str(part) for part in (
+            getattr(llama_cpp, "__version__", "?"), system, self.model_digest, self.n_ctx,
+            int(self.llama.n_batch), params.n_ubatch, params.n_threads, params.n_threads_batch, params.type_k,
+            params.type_v, getattr(params, "flash_attn_type", getattr(params, "flash_attn", ""))))
 
     def _restore(self, saved: "SavedPrefix") -> bool:
         """Put a saved prefix's KV state back as the sequence llama.cpp holds (a memory copy:
@@ -516,6 +550,9 @@ class PrefixBank:
         self._items.move_to_end(saved.tokens, last=False)
         while len(self._items) > self.capacity:
             self._items.popitem(last=True)
+
+    def drop(self, head: tuple[int, ...]) -> None:
+        self._items.pop(head, None)
 
     def longest(self, tokens: Sequence[int]) -> SavedPrefix | None:
         """The longest saved head that ``tokens`` begin with (leaving at least two tokens)."""

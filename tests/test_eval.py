@@ -109,6 +109,20 @@ def table_modes(markdown: str) -> list[str]:
     return [cell.strip() for cell in header.strip("|").split("|")][1:]
 
 
+def test_corpus_lines_that_cannot_be_indexed_are_a_counted_warning(small_dataset, tmp_path, monkeypatch):
+    """A dataset's corpus line that is not JSON is named in a warning with the count, never
+    dropped without a word; the good lines are indexed and the eval goes on."""
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    corpus = small_dataset / "corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    corpus.write_text("\n".join(lines[:1] + ["{not json"] + lines[1:]) + "\n")
+    result = CliRunner().invoke(main, ["eval", str(small_dataset), "--limit", "1", "--mode", "closed-book",
+                                       "--out", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    assert f"{len(lines)} passages added" in result.stderr
+    assert f"warning: 1 entry of {corpus} not indexed (the first: {corpus}:2: not valid JSON)" in result.stderr
+
+
 @pytest.mark.slow
 def test_a_later_eval_of_other_modes_shows_every_mode_of_the_folder(small_dataset, tmp_path, monkeypatch):
     """`eval --mode closed-book` after `--mode rag` into the same folder: eval.md, eval.json and
@@ -116,10 +130,16 @@ def test_a_later_eval_of_other_modes_shows_every_mode_of_the_folder(small_datase
     results.jsonl kept every row)."""
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     out = tmp_path / "eval"
+    told = []
     for mode in ("rag", "closed-book"):
         result = CliRunner().invoke(main, ["eval", str(small_dataset), "--limit", "1", "--mode", mode,
                                            "--profile", "quick", "--out", str(out)])
         assert result.exit_code == 0, result.output
+        told.append(result.stderr)
+    # The corpus is indexed by the first command only, and the second says it is not indexed again.
+    passages = len((small_dataset / "corpus.jsonl").read_text().splitlines())
+    assert "indexing" in told[0] and f"{passages} passages added" in told[0], told[0]
+    assert "indexing" not in told[1] and f"holds {small_dataset / 'corpus.jsonl'} already ({passages} passages)" in told[1], told[1]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(r["mode"] for r in rows) == ["closed-book", "rag"]
     assert table_modes((out / "eval.md").read_text()) == ["rag", "closed-book"]

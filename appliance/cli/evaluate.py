@@ -53,7 +53,6 @@ def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, forc
                                      summarize_columns)
     from ..evaluation.runner import MODES, EvalRun, corpus_name_for, load_dataset
     from ..pipeline.parts import open_run_parts
-    from ..sources.corpus import Corpus
 
     dataset = load_dataset(dataset_dir, limit, skip)
     corpus = corpus_name_for(dataset)
@@ -61,8 +60,7 @@ def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, forc
     if without:
         settings = settings.with_overrides(
             {"checks.disabled": sorted(set(settings.checks.disabled) | set(without))}, origin="--without")
-    click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
-    Corpus(settings, corpus).add([dataset.corpus_path])
+    index_dataset(settings, corpus, dataset.corpus_path)
     modes = list(modes) or list(MODES)
     # Results resume by question, mode, profile and model: another backend needs its own folder.
     suffix = ("-searxng" if backend == "searxng" else "") + (
@@ -95,6 +93,31 @@ def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, forc
     click.echo(f"wrote {out / 'eval.md'}, {out / 'results.jsonl'}, {out / 'eval.png'}", err=True)
 
 
+def index_dataset(settings, corpus: str, path) -> None:
+    """Index a dataset's corpus file into its own corpus. Only a new or changed file is read
+    and embedded, and only then does the user hear of indexing; otherwise one line says the
+    corpus already holds it."""
+    from ..sources.corpus import Corpus
+
+    told: list[bool] = []
+
+    def progress(message: str) -> None:
+        if not told:
+            click.echo(f"indexing {path} into corpus {corpus} (once; later runs reuse it)...", err=True)
+            told.append(True)
+
+    report = Corpus(settings, corpus).add([path], progress=progress)
+    if report.added or report.updated:
+        click.echo(f"corpus {corpus}: {report.added} passages added, {report.updated} updated "
+                   f"in {report.seconds:.0f} s", err=True)
+    else:
+        click.echo(f"corpus {corpus} holds {path} already ({report.unchanged} passages)", err=True)
+    if report.skipped:
+        count = len(report.skipped)
+        click.echo(f"warning: {count} {'entry' if count == 1 else 'entries'} of {path} not indexed "
+                   f"(the first: {report.skipped[0]})", err=True)
+
+
 @click.command(name="ablate")
 @click.argument("dataset_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Answer only the first N questions.")
@@ -117,7 +140,6 @@ def ablate(dataset_dirs, limit, skip, check_ids, profile, model_name, out_dir):
     from ..evaluation.ablation import ablate as run_ablation, render, switchable_checks
     from ..evaluation.runner import corpus_name_for, load_dataset
     from ..pipeline.parts import open_run_parts
-    from ..sources.corpus import Corpus
 
     checks = switchable_checks(list(check_ids)) if check_ids else None  # before any work
     datasets = [load_dataset(folder, limit, skip) for folder in dataset_dirs]
@@ -125,8 +147,7 @@ def ablate(dataset_dirs, limit, skip, check_ids, profile, model_name, out_dir):
     for dataset in datasets:
         corpus = corpus_name_for(dataset)
         settings = run_settings(profile, "corpus", corpus, None, model_name, False)
-        click.echo(f"indexing {dataset.corpus_path} into corpus {corpus} (once)...", err=True)
-        Corpus(settings, corpus).add([dataset.corpus_path])
+        index_dataset(settings, corpus, dataset.corpus_path)
         out = Path(out_dir or Path(settings.output.reports_dir) / f"ablate-{settings.pipeline.profile}") / dataset.name
         out.mkdir(parents=True, exist_ok=True)
         models, search, fetcher, embedder = open_run_parts(settings)

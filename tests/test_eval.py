@@ -121,6 +121,7 @@ def test_corpus_lines_that_cannot_be_indexed_are_a_counted_warning(small_dataset
     assert result.exit_code == 0, result.output
     assert f"{len(lines)} passages added" in result.stderr
     assert f"warning: 1 entry of {corpus} not indexed (the first: {corpus}:2: not valid JSON)" in result.stderr
+    assert "# Eval: mini, 1 question, model" in result.stdout
 
 
 @pytest.mark.slow

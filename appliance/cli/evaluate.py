@@ -82,7 +82,7 @@ def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, forc
     rows = [row for column in grouped.values() for row in column]
     models_used = sorted({row.get("model", "") for row in rows}) or [models.label()]
     profiles = sorted({row.get("profile", "") for row in rows if row["mode"] == "pipeline"})
-    title = (f"Eval: {dataset.name}, {len(dataset.questions)} questions, model {', '.join(models_used)}"
+    title = (f"Eval: {dataset.name}, {questions_count(len(dataset.questions))}, model {', '.join(models_used)}"
              + (f", profile {', '.join(profiles)}" if profiles else "")
              + (", search through SearXNG" if backend == "searxng" else ""))
     markdown = render_table(table, title) + paired_lines(grouped)
@@ -91,6 +91,11 @@ def evaluate(dataset_dir, limit, skip, modes, profile, model_name, out_dir, forc
     render_chart(table, out / "eval.png", title)
     click.echo(markdown)
     click.echo(f"wrote {out / 'eval.md'}, {out / 'results.jsonl'}, {out / 'eval.png'}", err=True)
+
+
+def questions_count(n: int) -> str:
+    """ "1 question", "10 questions"."""
+    return f"{n} question" + ("" if n == 1 else "s")
 
 
 def index_dataset(settings, corpus: str, path) -> None:
@@ -155,7 +160,7 @@ def ablate(dataset_dirs, limit, skip, check_ids, profile, model_name, out_dir):
             rows = run_ablation(settings, dataset, out, models=models, fetcher=fetcher, embedder=embedder,
                                 backend=search, checks=checks,
                                 log=lambda s: click.echo(s, err=True))
-        report.append(render(rows, f"{dataset.name}, {len(dataset.questions)} questions, "
+        report.append(render(rows, f"{dataset.name}, {questions_count(len(dataset.questions))}, "
                                    f"profile {settings.pipeline.profile}, model {models.label()}"))
         (out / "ablation.md").write_text(report[-1], encoding="utf-8")
         click.echo(report[-1])

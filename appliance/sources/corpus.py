@@ -389,6 +389,8 @@ class Corpus:
         of the model pads every text to its longest, so mixing lengths wastes most of it."""
         import numpy as np
 
+        if progress:
+            progress(f"embedding {len(texts)} chunks")
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors = np.empty((len(texts), embedder.dim), dtype=np.float32)
         for start in range(0, len(order), _EMBED_SLICE):

@@ -172,14 +172,31 @@ MAX_GAP_QUESTIONS = 5
 
 
 def open_questions(data: ReportData) -> list[str]:
-    """The writer's open questions, else the sub-questions' gaps, each once (two sub-questions
-    of one run may both leave "Where was the author born?"), at most ``MAX_GAP_QUESTIONS``:
-    the one list the markdown and the JSON both show."""
-    from .pipeline.gather import dedupe_text
-
+    """The writer's open questions, else the sub-questions' gaps, each once, at most
+    ``MAX_GAP_QUESTIONS``: the one list the markdown and the JSON both show. Two questions
+    that differ only in case, articles or punctuation are one ("Where was the author born?" and
+    "Where was the Author born"): sub-questions of one run often leave both."""
     if data.synthesis and data.synthesis.open_questions:
-        return list(data.synthesis.open_questions)
-    return dedupe_text([g for n in data.nodes for g in n.gaps])[:MAX_GAP_QUESTIONS]
+        asked = list(data.synthesis.open_questions)
+    else:
+        asked = [g for n in data.nodes for g in n.gaps]
+    kept: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    for question in asked:
+        key = _question_key(question)
+        if key and key not in seen:
+            seen.add(key)
+            kept.append(" ".join(question.split()))
+    return kept if data.synthesis and data.synthesis.open_questions else kept[:MAX_GAP_QUESTIONS]
+
+
+_ARTICLES = frozenset({"a", "an", "the"})
+
+
+def _question_key(question: str) -> tuple[str, ...]:
+    """The words of a question, lower-cased, without punctuation or articles."""
+    words = re.findall(r"\w+", question.lower())
+    return tuple(w for w in words if w not in _ARTICLES)
 
 
 def _open_questions(data: ReportData) -> list[str]:

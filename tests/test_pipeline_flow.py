@@ -799,8 +799,11 @@ def test_without_the_writer_the_report_lists_the_verified_claims_by_sub_question
     themes = [f["theme"] for f in report["findings"]]
     assert themes[0] == "Who founded Alpha Corp? Jane Roe"
     assert any("Jane Roe was born in Lisbon in 1870." == st["text"] for st in report["findings"][-1]["statements"])
-    assert report["executive_summary"].startswith("Who founded Alpha Corp? Jane Roe.")
     assert report["answer"] == "" and report["short_answer"] == "Lisbon"
+    # The summary: the verified sentences the direct answer cites, in its order, as checked.
+    assert report["answer_claims"]
+    assert report["executive_summary"] == " ".join(confirmed[cid] for cid in report["answer_claims"])
+    assert report["executive_summary"] == "Alpha Corp was founded in 1901 by Jane Roe. Jane Roe was born in Lisbon in 1870."
     assert report["stats"]["citations_dropped"] == 0 and report["stats"]["statements_dropped"] == 0
     md = result.markdown_path.read_text()
     assert md.split("## Answer")[1].split("##")[0].strip().startswith("**Lisbon.** [")
@@ -841,6 +844,39 @@ def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them(
     assert syn.executive_summary == "Who founded the Ardmore Press? Marta Olsen. Where was Marta Olsen born? Kessel."
     assert syn.answer == "" and syn.open_questions == []
     assert outline([], nodes).findings == []
+
+
+def test_the_outline_summary_is_the_chain_the_answer_rests_on_not_a_sub_questions_other_answer():
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import as_sentence, outline
+
+    def claim(cid, text, *nodes):
+        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
+                           node_ids=list(nodes))
+
+    # The first sub-question answers the society; the answer was drawn through the press.
+    nodes = [NodeState(id="q1", question="Which body publishes Harbour Notes?", answer="the Harbour Society"),
+             NodeState(id="q2", question="Who first led #1?", resolved="Who first led the Harbour Society?",
+                       depends_on=["q1"]),
+             NodeState(id="q3", question="Who first led the body that publishes Harbour Notes?",
+                       whole_question=True)]
+    confirmed = [claim("m1", "Harbour Notes is published by the Ardmore Press on behalf of the Harbour Society", "q1"),
+                 claim("m2", "The Harbour Society meets in Kessel.", "q2"),
+                 claim("m3", "Marta Olsen, the first head of the Ardmore Press (1901-1920)", "q3")]
+    syn = outline(confirmed, nodes, ["m1", "m3", "m9"])
+    # Each cited sentence once, as checked, closed with a full stop; an id not confirmed is
+    # left out; the sub-question's own answer is not the summary.
+    assert syn.executive_summary == ("Harbour Notes is published by the Ardmore Press on behalf of the Harbour "
+                                     "Society. Marta Olsen, the first head of the Ardmore Press (1901-1920).")
+    assert outline(confirmed, nodes, ["m1", "m1"]).executive_summary.count("Harbour Notes") == 1
+    # With nothing the answer cites, the sub-questions' answers, as before.
+    assert outline(confirmed, nodes, []).executive_summary == "Which body publishes Harbour Notes? the Harbour Society."
+    assert outline(confirmed, nodes, ["m9"]).executive_summary == "Which body publishes Harbour Notes? the Harbour Society."
+    assert as_sentence('She wrote "Tides."') == 'She wrote "Tides."'
+    assert as_sentence("Is it tidal?") == "Is it tidal?"
+    assert as_sentence("It opened (in  1901)") == "It opened (in 1901)."
+    assert as_sentence("") == ""
 
 
 def test_synthesis_failure_lists_verified_claims(flow_settings, tmp_path):
@@ -1756,6 +1792,22 @@ def test_gaps_two_sub_questions_share_are_listed_once_in_markdown_and_json():
     listed = render_markdown(data).split("## Open Questions")[1].split("##")[0]
     assert listed.count("Henrik Ibsen born") == 1 and "When did he leave Norway?" in listed
     assert render_json(data)["open_questions"] == ["Where was Henrik Ibsen born?", "When did he leave Norway?"]
+
+
+def test_open_questions_differing_only_in_articles_case_or_punctuation_are_listed_once():
+    from appliance.contracts import ReportData, RunStatus
+    from appliance.report import render_json, render_markdown
+
+    nodes = [NodeState(id="q1", question="Who first led #2?", gaps=["Who was the first head of the Harbour Society?"]),
+             NodeState(id="q2", question="Which body publishes Harbour Notes?",
+                       gaps=["Who was first head of Harbour Society", "Who was the first head of the Ardmore Press?",
+                             "   ", "?"])]
+    data = ReportData(question="Who first led the body that publishes Harbour Notes?", status=RunStatus.complete,
+                      date="2026-12-01", model="m", profile="quick", run_id="r", nodes=nodes)
+    expected = ["Who was the first head of the Harbour Society?", "Who was the first head of the Ardmore Press?"]
+    assert render_json(data)["open_questions"] == expected
+    listed = render_markdown(data).split("## Open Questions")[1].split("##")[0]
+    assert listed.count("Harbour Society") == 1 and "Ardmore Press" in listed
 
 
 def test_a_claim_naming_only_the_last_answer_is_not_verified(flow_settings, tmp_path):

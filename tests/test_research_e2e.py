@@ -96,6 +96,12 @@ def check_report(md_path: Path, home: Path, votes_per_claim: int = 3, settings_d
     for finding in report["findings"]:
         for statement in finding["statements"]:
             assert statement["claim_ids"] and set(statement["claim_ids"]) <= confirmed
+    # The quick profile has no writer: its summary is the verified sentences the answer cites.
+    if report["profile"] == "quick" and report["answer_claims"]:
+        claim_text = {c["id"]: " ".join(c["text"].split()) for c in report["claims"]}
+        assert set(report["answer_claims"]) <= confirmed
+        for cid in report["answer_claims"]:
+            assert claim_text[cid] in report["executive_summary"], (cid, report["executive_summary"])
     return report
 
 

@@ -162,7 +162,7 @@ CHECKS: tuple[Check, ...] = (
           "and named a further search.",
           "gaps:asks_the_question", ("pipeline.gap_questions", "pipeline.answer_chain")),
     Check("chain-contradicted", "answer",
-          "Leaves out of the report's summary and the answer's citations the answer of a "
+          "Leaves out of the quick report's headings and the answer's citations the answer of a "
           "sub-question that asks for what the question asks for (the same form and kind of "
           "answer, no later sub-question built on it) when the run's answer differs from it.",
           "synthesize:contradicted"),

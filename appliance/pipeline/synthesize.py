@@ -8,7 +8,8 @@ mostly absent from its claims (and the question) is dropped and counted.
 
 Without the writer (knob ``write_report`` false, the quick profile), ``outline`` lays the
 report out from the run itself, with no model call: the verified claims as worded and checked,
-grouped under the sub-question that found them, each citing itself.
+grouped under the sub-question that found them, each citing itself; the summary is the claims
+the direct answer rests on.
 """
 
 from __future__ import annotations
@@ -248,13 +249,20 @@ def synthesize(run: RunContext, confirmed: list[MergedClaim], direct_answer: str
 OTHER_CLAIMS = "Other verified claims"
 
 
-def outline(confirmed: list[MergedClaim], nodes: list[NodeState]) -> Synthesis:
+def outline(confirmed: list[MergedClaim], nodes: list[NodeState], resting: list[str] | None = None) -> Synthesis:
     """The report's text without the writer: one finding per sub-question that has confirmed
     claims (in plan order; its theme the sub-question as researched, with its answer where it
     has one), each confirmed claim a statement citing itself, listed once, under the first
-    sub-question that found it; claims of no listed sub-question come last. The summary is
-    the sub-questions' answers in plan order ("Who founded the Ardmore Press? Marta Olsen.");
-    the report's own answer is the direct answer it already shows."""
+    sub-question that found it; claims of no listed sub-question come last.
+
+    The summary is the verified sentences the direct answer rests on (``resting``, the ids of
+    the claims it cites, in their order), so it states the chain the answer was drawn from,
+    word for word as checked: a sub-question's own answer can differ from that chain (a
+    magazine "published by the Ardmore Press on behalf of the Harbour Society": the
+    sub-question answers the society, the answer goes through the press). A run with no such
+    claims (no direct answer) has the sub-questions' answers in plan order instead ("Who founded
+    the Ardmore Press? Marta Olsen."). The report's own answer is the direct answer it already
+    shows."""
     order = {node.id: index for index, node in enumerate(nodes)}
     groups: dict[int, list[CitedStatement]] = {}
     for claim in confirmed:
@@ -269,9 +277,20 @@ def outline(confirmed: list[MergedClaim], nodes: list[NodeState]) -> Synthesis:
             answer = node.answer if node.answer and not node.answer_superseded else ""
             theme = f"{node.asked} {answer}".strip() if answer else node.asked
         findings.append((" ".join(theme.split()), groups[index]))
-    answered = [f"{' '.join(n.asked.split())} {' '.join(n.answer.split()).rstrip('.')}." for n in nodes
-                if n.answer and not n.answer_superseded and not n.reads_only]
-    return Synthesis(answer="", executive_summary=" ".join(dedupe_text(answered)), findings=findings)
+    by_id = {claim.id: claim for claim in confirmed}
+    summary = [as_sentence(by_id[cid].text) for cid in resting or [] if cid in by_id]
+    if not summary:
+        summary = [f"{' '.join(n.asked.split())} {' '.join(n.answer.split()).rstrip('.')}." for n in nodes
+                   if n.answer and not n.answer_superseded and not n.reads_only]
+    return Synthesis(answer="", executive_summary=" ".join(dedupe_text(summary)), findings=findings)
+
+
+def as_sentence(text: str) -> str:
+    """``text`` with its spaces folded and a full stop at its end when it has no closing
+    punctuation of its own (a quoted sentence often lacks one), so that several read as prose."""
+    text = " ".join(text.split())
+    closed = text.rstrip("\"'”’)]")
+    return text if not text or closed.endswith((".", "!", "?")) else text + "."
 
 
 def check_citations(run: RunContext, draft: ReportDraft, confirmed: list[MergedClaim]) -> Synthesis:

@@ -814,14 +814,17 @@ def test_without_the_writer_the_report_lists_the_verified_claims_by_sub_question
     assert writer.report["answer_claims"] == report["answer_claims"]
 
 
-def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them():
+def _verified(cid, text, *nodes):
+    """A confirmed claim that is its own quote, found by ``nodes``."""
     from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
-    from appliance.pipeline.synthesize import OTHER_CLAIMS, outline
 
-    def claim(cid, text, *nodes):
-        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
-                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
-                           node_ids=list(nodes))
+    return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                       quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
+                       node_ids=list(nodes))
+
+
+def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them():
+    from appliance.pipeline.synthesize import OTHER_CLAIMS, outline
 
     nodes = [NodeState(id="q1", question="Who founded the Ardmore Press?", answer="Marta Olsen"),
              NodeState(id="q2", question="Where was #1 born?", resolved="Where was Marta Olsen born?",
@@ -829,10 +832,10 @@ def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them(
              NodeState(id="q3", question="Where was the founder of the Ardmore Press born?", whole_question=True,
                        answer="Velka"),
              NodeState(id="q4", question="What did she print?", answer="Maps", answer_superseded=True)]
-    confirmed = [claim("m2", "Marta Olsen was born in Kessel.", "q2", "q1"),
-                 claim("m1", "Marta Olsen founded the Ardmore Press.", "q1"),
-                 claim("m3", "The Ardmore Press printed maps.", "q4"),
-                 claim("m4", "Kessel lies on the Velka.", "g9")]
+    confirmed = [_verified("m2", "Marta Olsen was born in Kessel.", "q2", "q1"),
+                 _verified("m1", "Marta Olsen founded the Ardmore Press.", "q1"),
+                 _verified("m3", "The Ardmore Press printed maps.", "q4"),
+                 _verified("m4", "Kessel lies on the Velka.", "g9")]
     syn = outline(confirmed, nodes)
     assert [(theme, [(st.text, st.claim_ids) for st in sts]) for theme, sts in syn.findings] == [
         ("Who founded the Ardmore Press? Marta Olsen", [("Marta Olsen was born in Kessel.", ["m2"]),
@@ -847,13 +850,7 @@ def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them(
 
 
 def test_the_outline_summary_is_the_chain_the_answer_rests_on_not_a_sub_questions_other_answer():
-    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
     from appliance.pipeline.synthesize import as_sentence, outline
-
-    def claim(cid, text, *nodes):
-        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
-                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
-                           node_ids=list(nodes))
 
     # The first sub-question answers the society; the answer was drawn through the press.
     nodes = [NodeState(id="q1", question="Which body publishes Harbour Notes?", answer="the Harbour Society"),
@@ -861,9 +858,9 @@ def test_the_outline_summary_is_the_chain_the_answer_rests_on_not_a_sub_question
                        depends_on=["q1"]),
              NodeState(id="q3", question="Who first led the body that publishes Harbour Notes?",
                        whole_question=True)]
-    confirmed = [claim("m1", "Harbour Notes is published by the Ardmore Press on behalf of the Harbour Society", "q1"),
-                 claim("m2", "The Harbour Society meets in Kessel.", "q2"),
-                 claim("m3", "Marta Olsen, the first head of the Ardmore Press (1901-1920)", "q3")]
+    confirmed = [_verified("m1", "Harbour Notes is published by the Ardmore Press on behalf of the Harbour Society", "q1"),
+                 _verified("m2", "The Harbour Society meets in Kessel.", "q2"),
+                 _verified("m3", "Marta Olsen, the first head of the Ardmore Press (1901-1920)", "q3")]
     syn = outline(confirmed, nodes, ["m1", "m3", "m9"])
     # Each cited sentence once, as checked, closed with a full stop; an id not confirmed is
     # left out; the sub-question's own answer is not the summary.

@@ -91,8 +91,9 @@ DECIDERS = {c.decides.split(":")[1] for c in CHECKS if not _names_a_check(c)}
 DROPS_NOTHING = {
     # builds the text a cited claim must be about; the check is answer-cites-on-subject
     ("run", "_run_phases"),
-    # picks which claims carry each step's answer for citing; nothing is dropped from the report
-    ("synthesize", "answer_support"),
+    # picks which claims carry each step's answer for citing, with check answer-cites-side on or
+    # off as answer_support says; nothing is dropped from the report
+    ("synthesize", "_cited"),
     # the answer checks themselves, composed of their deciders (forms.checked_answer is one entry
     # per check id, each named there)
     ("forms", "answer_part"),
@@ -573,6 +574,46 @@ def test_a_sub_question_answering_the_last_step_otherwise_than_the_run_is_left_o
     assert "m3" not in answer_support(confirmed, nodes, "Marta Olsen")
     summary = outline(confirmed, nodes).executive_summary
     assert "Marta Olsen" in summary and "Ida Brandt" not in summary
+
+
+# ------------------------------------------------------------------ answer-cites-side
+
+def test_a_yes_no_sub_question_about_one_compared_thing_cites_only_claims_naming_it():
+    """"Is Ida Brandt a painter?" found a verified sentence about Karl Brandt beside one about
+    Ida Brandt: the answer cites Ida's, not Karl's, for that side; with the check off, or for a
+    sub-question about no compared thing alone, the sub-question's claims are cited by rank.
+    The run's Firings count the claim the check kept out."""
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import answer_support, side_claims
+
+    def claim(cid, text, node):
+        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
+                           node_ids=[node])
+
+    items = ["Ida Brandt", "Jon Lind"]
+    ida = NodeState(id="q1", question="Is Ida Brandt a painter?", answer="Yes")
+    jon = NodeState(id="q2", question="Is Jon Lind a painter?", answer="No")
+    both = NodeState(id="q3", question="Are both of them painters?", answer="No")
+    confirmed = [claim("m1", "Ida Marta Brandt was a Ruritanian painter.", "q1"),
+                 claim("m2", "Karl Brandt is a Ruritanian sculptor and painter.", "q1"),
+                 claim("m3", "Jon Lind was a Ruritanian sailor.", "q2"),
+                 claim("m4", "Painters of Ruritania formed a guild in 1901.", "q3"),
+                 claim("m5", "The guild admitted sculptors in 1920.", "q3")]
+    assert side_claims(confirmed[:2], ida, items) == confirmed[:1]            # fires on m2
+    assert side_claims(confirmed[:1], ida, items) == confirmed[:1]            # nothing to keep out
+    assert side_claims(confirmed[3:], both, items) == confirmed[3:]           # about no thing alone
+    assert side_claims(confirmed[:2], ida, []) == confirmed[:2]               # no comparison
+    assert side_claims(confirmed[:2], ida, ["the painters", "Jon Lind"]) == confirmed[:2]  # a side with no name
+
+    firings = Firings()
+    cited = answer_support(confirmed, [ida, jon, both], "No", checks=firings, items=items)
+    assert "m2" not in cited and {"m1", "m3", "m4", "m5"} <= set(cited)
+    assert firings.counts == {"answer-cites-side": 1}
+    assert firings.log == [{"check": "answer-cites-side", "on": "claim m2"}]
+    off = Firings(Switches({"answer-cites-side"}))
+    assert "m2" in answer_support(confirmed, [ida, jon, both], "No", checks=off, items=items)
+    assert off.counts == {}
 
 
 # ------------------------------------------------------------------ search-named-first

@@ -1466,6 +1466,10 @@ def test_a_claim_that_only_carries_the_answer_is_not_cited_beside_it():
     asked = "What country was the author of Brand a citizen of?\nWho wrote Brand?\nWhat country was Henrik Ibsen a citizen of?\nHenrik Ibsen"
     assert "m2" in answer_support(confirmed, nodes, "Norway")
     assert answer_support(confirmed, nodes, "Norway", asked=asked) == ["m1", "m3"]
+    # The run's counter: the one claim the check kept out of the citations.
+    firings = Firings()
+    assert answer_support(confirmed, nodes, "Norway", asked=asked, checks=firings) == ["m1", "m3"]
+    assert firings.log == [{"check": "answer-cites-on-subject", "on": "claim m2"}]
 
 
 @pytest.mark.parametrize("given", ["unknown", "Marie Curie", "Frank Herbert"])

@@ -179,6 +179,10 @@ CHECKS: tuple[Check, ...] = (
           "Cites beside the answer only claims about something the research names, not merely "
           "carrying the answer's words.",
           "names:off_subject", ("pipeline.name_check",)),
+    Check("answer-cites-side", "answer",
+          "Cites for a yes/no sub-question about one of the things the question compares only its "
+          "claims that name that thing.",
+          "synthesize:side_claims"),
     # write
     Check("cite-unknown", "write",
           "Drops a citation to anything but a verified claim of the run.",

@@ -176,7 +176,7 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
             data.answer_claims = answer_support(confirmed, data.nodes, data.short_answer,
                                                 claim_contexts(run, confirmed),
                                                 asked if run.settings.pipeline.name_check else None,
-                                                run.checks.switches, compared(run.ctx.question),
+                                                run.checks, compared(run.ctx.question),
                                                 question_read(run, data.nodes))
     with _phase(run, "synthesize"):
         if not run.settings.pipeline.write_report:

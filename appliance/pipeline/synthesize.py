@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..contracts import CitedStatement, MergedClaim, NodeState, ReportDraft, Synthesis, answer_schema
 from . import prompts
 from .anchor import quote_context, source_passages
-from .checks import ALL_ON, Switches
+from .checks import ALL_ON, Firings, Switches
 from .forms import (HeldAnswer, answer_rests_on, asked_form, asked_kind, compared, composed_answer, echoes_example,
                     held_answer, is_yes_no, names_alone)
 from .gather import answer_checked, dedupe_text
@@ -164,9 +164,26 @@ def side_answers(nodes: list[NodeState], items: list[str]) -> list[list[str]]:
 def about_item(claim: MergedClaim, item: str) -> bool:
     """Whether a claim (its text or a quote) names the compared thing ``item``: each word of its
     name, not its initials ("Ida Marta Brandt" names Ida Brandt)."""
-    wanted = names(item, openers=True, acronyms=False) - GENERIC_NAMES
+    wanted = item_names(item)
     said = names(" ".join([claim.text] + [q.quote for q in claim.quotes]), openers=True)
     return bool(wanted) and all(name_found(n, said) for n in wanted)
+
+
+def item_names(item: str) -> set[str]:
+    """The names that make a claim about the compared thing ``item``."""
+    return names(item, openers=True, acronyms=False) - GENERIC_NAMES
+
+
+def side_claims(claims: list[MergedClaim], node: NodeState, items: list[str]) -> list[MergedClaim]:
+    """Check answer-cites-side: of the claims of a sub-question that asks a yes or no about one
+    of the compared ``items`` alone ("Is Ida Brandt a painter?" under "Are Ida Brandt and Jon
+    Lind both painters?"), those that name that one. A claim found by that sub-question about
+    someone else ("Karl Brandt is a sculptor") says nothing of its yes or no. All of them when
+    it asks about no compared thing alone, or that thing has no name to look for."""
+    subject = [item for item in items if names_alone(node.asked, item, items)]
+    if len(subject) != 1 or not item_names(subject[0]):
+        return claims
+    return [c for c in claims if about_item(c, subject[0])]
 
 
 def both_sides(confirmed: list[MergedClaim], items: list[str]) -> bool:
@@ -191,7 +208,7 @@ ANSWER_CITES_PER_STEP = 2
 
 def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str,
                    around: dict[str, str] | None = None, asked: str | None = None,
-                   switches: Switches = ALL_ON, items: list[str] | None = None,
+                   checks: Switches | Firings = ALL_ON, items: list[str] | None = None,
                    for_question: set[str] | None = None) -> list[str]:
     """The confirmed claims the direct answer rests on, best-ranked first: for each answered
     sub-question, its claims whose text or quotes carry its answer (any of its claims when the
@@ -203,14 +220,37 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
     (``names.off_subject``): carrying the answer's word is not enough ("Jon Marta Lindqvist
     was a Ruritanian sailor" beside "Ruritania" for the country of the painter Marta Olsen).
     With ``items`` (the things the question compares), a yes or no cites first a verified
-    claim about each of them. The claims of the nodes in ``for_question`` (those that read the
-    question as asked, when check question-subject keeps them on subject) are not held to
-    ``asked``."""
+    claim about each of them, and a yes/no sub-question about one of them alone cites only its
+    claims that name that one (check answer-cites-side). The claims of the nodes in
+    ``for_question`` (those that read the question as asked, when check question-subject keeps
+    them on subject) are not held to ``asked``.
+
+    Given the run's ``Firings`` as ``checks``, each claim a check kept out of the citations
+    (one the answer would cite with that check off) is counted and recorded against it."""
     around = around or {}
     for_question = for_question or set()
-    if asked is not None and switches.on("answer-cites-on-subject"):
-        confirmed = [c for c in confirmed if for_question & set(c.node_ids) or not off_subject(
+    items = items or []
+    on_subject = confirmed
+    if asked is not None and checks.on("answer-cites-on-subject"):
+        on_subject = [c for c in confirmed if for_question & set(c.node_ids) or not off_subject(
             " ".join([c.text] + [q.quote for q in c.quotes]), asked, around.get(c.id, ""))]
+    side = checks.on("answer-cites-side")
+    chosen = _cited(on_subject, nodes, answer, around, items, side)
+    if isinstance(checks, Firings):
+        if on_subject is not confirmed:
+            for cid in _cited(confirmed, nodes, answer, around, items, side):
+                if cid not in chosen:
+                    checks.fired("answer-cites-on-subject", on=f"claim {cid}")
+        if side:
+            for cid in _cited(on_subject, nodes, answer, around, items, False):
+                if cid not in chosen:
+                    checks.fired("answer-cites-side", on=f"claim {cid}")
+    return chosen
+
+
+def _cited(confirmed: list[MergedClaim], nodes: list[NodeState], answer: str, around: dict[str, str],
+           items: list[str], side: bool) -> list[str]:
+    """``answer_support``'s choice among ``confirmed``; ``side``: check answer-cites-side is on."""
 
     def carrying(pool: list[MergedClaim], step_answer: str) -> list[MergedClaim]:
         own = [c for c in pool
@@ -232,8 +272,10 @@ def answer_support(confirmed: list[MergedClaim], nodes: list[NodeState], answer:
         if not node.answer or node.answer_superseded:
             continue
         own = [c for c in confirmed if node.id in c.node_ids]
-        yes_no = node.answer.strip().lower().rstrip(".") in ("yes", "no")
-        take(own if yes_no else carrying(own, node.answer))
+        if node.answer.strip().lower().rstrip(".") in ("yes", "no"):
+            take(side_claims(own, node, items) if side else own)
+        else:
+            take(carrying(own, node.answer))
     take(carrying(confirmed, answer))
     return chosen
 

@@ -168,12 +168,12 @@ def _findings(data: ReportData, cites: Citations) -> list[str]:
 
 
 # Gaps of the sub-questions listed as open questions when the writer gave none.
-MAX_GAP_QUESTIONS = 5
+MAX_OPEN_QUESTIONS = 5  # as many as the writer's draft may hold (contracts.ReportDraft)
 
 
 def open_questions(data: ReportData) -> list[str]:
     """The writer's open questions, else the sub-questions' gaps, each once, at most
-    ``MAX_GAP_QUESTIONS``: the one list the markdown and the JSON both show. Two questions
+    ``MAX_OPEN_QUESTIONS``: the one list the markdown and the JSON both show. Two questions
     that differ only in case, articles or punctuation are one ("Where was the author born?" and
     "Where was the Author born"): sub-questions of one run often leave both."""
     if data.synthesis and data.synthesis.open_questions:
@@ -187,7 +187,7 @@ def open_questions(data: ReportData) -> list[str]:
         if key and key not in seen:
             seen.add(key)
             kept.append(" ".join(question.split()))
-    return kept if data.synthesis and data.synthesis.open_questions else kept[:MAX_GAP_QUESTIONS]
+    return kept[:MAX_OPEN_QUESTIONS]
 
 
 _ARTICLES = frozenset({"a", "an", "the"})

@@ -20,7 +20,7 @@ from appliance.embed import get_embedder
 from appliance.errors import ConfigError
 from appliance.pipeline import checks as registry
 from appliance.pipeline.anchor import find_quote
-from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, Firings, Switches
+from appliance.pipeline.checks import ALL_ON, BY_ID, CHECKS, RETIRED, Firings, Switches
 from appliance.pipeline.forms import checked_answer, echoes_example
 from appliance.pipeline.names import names_unsupported
 from appliance.pipeline.parts import Models
@@ -96,7 +96,6 @@ DROPS_NOTHING = {
     ("synthesize", "_cited"),
     # the answer checks themselves, composed of their deciders (forms.checked_answer is one entry
     # per check id, each named there)
-    ("forms", "answer_part"),
     ("forms", "short_answer_or_empty"),
 }
 
@@ -143,23 +142,27 @@ def test_disabled_checks_are_validated_against_the_registry():
         load_settings(env={"APPLIANCE_CHECKS_DISABLED": "answer-shape"})
     with pytest.raises(ConfigError, match="cannot be switched off"):
         load_settings(env={"APPLIANCE_CHECKS_DISABLED": "quote-anchor"})
+    # A check that was removed is named as removed, with what to do, not as unknown.
+    assert set(RETIRED) and not set(RETIRED) & set(BY_ID)
+    with pytest.raises(ConfigError, match="check 'answer-part' no longer exists .*take it out of"):
+        load_settings(env={"APPLIANCE_CHECKS_DISABLED": "page-gate,answer-part"})
     with pytest.raises(KeyError):
         ALL_ON.on("no-such-check")
 
 
 def test_appliance_checks_lists_every_check_with_its_settings(tmp_path):
     config = tmp_path / "appliance.toml"
-    config.write_text('[checks]\ndisabled = ["answer-part"]\n', encoding="utf-8")
+    config.write_text('[checks]\ndisabled = ["answer-restates"]\n', encoding="utf-8")
     runner = CliRunner()
     out = runner.invoke(main, ["--config", str(config), "checks", "--json"])
     assert out.exit_code == 0, out.output
     rows = {r["id"]: r for r in json.loads(out.stdout)}
     assert set(rows) == set(BY_ID)
-    assert rows["answer-part"]["on"] is False and rows["answer-form"]["on"] is True
+    assert rows["answer-restates"]["on"] is False and rows["answer-form"]["on"] is True
     assert rows["page-gate"]["settings"] == {"pipeline.relevance_threshold": 0.4}
     assert rows["claim-ungrounded"]["settings"] == {"text.GROUNDED_SHARE": 0.5}
     text = runner.invoke(main, ["--config", str(config), "checks"])
-    assert text.exit_code == 0 and "answer-part" in text.stdout and "OFF" in text.stdout
+    assert text.exit_code == 0 and "answer-restates" in text.stdout and "OFF" in text.stdout
     bad = tmp_path / "bad.toml"
     bad.write_text('[checks]\ndisabled = ["answer-shape"]\n', encoding="utf-8")
     refused = runner.invoke(main, ["--config", str(bad), "checks"])
@@ -234,8 +237,6 @@ def test_plan_repairs_are_counted_by_check():
 
 
 @pytest.mark.parametrize("check_id,answer,evidence,question,kept", [
-    ("answer-part", "The chair of the Velka harbour board is Ida Brandt", "Ida Brandt chairs the board.",
-     "Who is the chair of the Velka harbour board?", "Ida Brandt"),
     ("answer-none", "Not stated", "Ida Brandt chairs the board.", "Who chairs the board?", ""),
     ("answer-restates", "The founder of the radio station", "The station was founded by Ida Brandt.",
      "Who was the founder of the radio station?", ""),
@@ -614,6 +615,7 @@ def test_a_yes_no_sub_question_about_one_compared_thing_cites_only_claims_naming
     off = Firings(Switches({"answer-cites-side"}))
     assert "m2" in answer_support(confirmed, [ida, jon, both], "No", checks=off, items=items)
     assert off.counts == {}
+
 
 
 # ------------------------------------------------------------------ search-named-first

@@ -241,17 +241,17 @@ def test_eval_of_two_questions_in_every_mode(small_dataset, tmp_path, monkeypatc
 
     # Ablation: all checks on, then one off; what the check did not change replays.
     ablated = CliRunner().invoke(main, ["ablate", str(small_dataset), "--limit", "1", "--profile", "quick",
-                                        "--check", "answer-part", "--out", str(tmp_path / "ablate")])
+                                        "--check", "answer-restates", "--out", str(tmp_path / "ablate")])
     assert ablated.exit_code == 0, ablated.output
     table = (tmp_path / "ablate" / "mini" / "ablation.md").read_text()
-    assert "| all on |" in table and "| answer-part |" in table and table in ablated.stdout
+    assert "| all on |" in table and "| answer-restates |" in table and table in ablated.stdout
     base = [json.loads(line) for line in (tmp_path / "ablate" / "mini" / "all-on" / "results.jsonl").read_text().splitlines()]
     assert all(isinstance(r["checks_fired"], list) for r in base)
-    fired = any("answer-part" in r["checks_fired"] for r in base)
+    fired = any("answer-restates" in r["checks_fired"] for r in base)
     # A check that fired on no answer is not run again: off, it would change nothing.
-    assert (tmp_path / "ablate" / "mini" / "answer-part").exists() is fired
-    assert ("| answer-part | never fired" in table) is not fired
-    for label in ("all-on", "answer-part") if fired else ("all-on",):
+    assert (tmp_path / "ablate" / "mini" / "answer-restates").exists() is fired
+    assert ("| answer-restates | never fired" in table) is not fired
+    for label in ("all-on", "answer-restates") if fired else ("all-on",):
         rows = [json.loads(line) for line in (tmp_path / "ablate" / "mini" / label / "results.jsonl").read_text().splitlines()]
         assert sorted(r["mode"] for r in rows) == ["pipeline", "rag"]
         # What no check changes replays: all on is the eval above, and rag's prompt is the same.
@@ -271,15 +271,15 @@ def test_a_run_with_checks_off_keeps_its_reports_apart_in_one_out_folder(tmp_pat
                        backend=None).reports_dir
 
     assert reports([]) == tmp_path / "out" / "reports"
-    assert reports(["page-gate", "answer-part"]) == tmp_path / "out" / "reports" / "without-answer-part+page-gate"
+    assert reports(["page-gate", "answer-restates"]) == tmp_path / "out" / "reports" / "without-answer-restates+page-gate"
 
 
 def test_an_ablation_skips_only_a_check_known_to_have_fired_on_nothing():
     from appliance.evaluation.ablation import never_fired
 
-    rows = [{"mode": "pipeline", "checks_fired": ["answer-part"]}, {"mode": "rag", "checks_fired": []}]
+    rows = [{"mode": "pipeline", "checks_fired": ["answer-restates"]}, {"mode": "rag", "checks_fired": []}]
     assert never_fired("page-gate", rows)
-    assert not never_fired("answer-part", rows)
+    assert not never_fired("answer-restates", rows)
     # An answer recorded before rows named their checks: not known, so the check is run.
     assert not never_fired("page-gate", rows + [{"mode": "pipeline"}])
 

@@ -191,23 +191,3 @@ def test_a_claim_naming_what_its_quote_never_names_is_unsupported():
                                  "Judith Viorst\nShe graduated from Rutgers in 1952.")
 
 
-@pytest.mark.parametrize("answer, question, part", [
-    ("The continental limit of Antarctica is the 60th parallel south",
-     "What is the continental limit of the continent where the station is?", "the 60th parallel south"),
-    ("The country containing Nugegoda left the British Empire in 1948",
-     "When did the country containing Nugegoda leave the British Empire?", "1948"),
-    ("It was founded on February 4, 1948 by a decree", "When was it founded?", "February 4, 1948"),
-    ("Boeing B-29 Superfortress bomber", "What kind of plane dropped the bomb?", "Boeing B-29 Superfortress bomber"),
-    ("Paris is the capital of France", "What city is the capital of France?", "Paris is the capital of France"),
-    ("Founded in 1901 and renamed in 1948 by the board", "When was it founded?",
-     "Founded in 1901 and renamed in 1948 by the board"),
-])
-def test_a_sentence_answer_is_cut_to_the_part_that_answers(answer, question, part):
-    """A small model sometimes answers with a sentence that says the question first: the
-    direct answer is what follows "is" (when the words before it are mostly the question's),
-    or for a When question its one date. Two dates, or a subject that is not the question's,
-    leave the sentence as it is."""
-    from appliance.pipeline.forms import answer_part, short_answer_or_empty
-
-    assert answer_part(answer, question) == part
-    assert short_answer_or_empty(answer, answer, question) == part

@@ -39,8 +39,8 @@ def says_no_answer(answer: str) -> bool:
 
 def checked_answer(answer: str, evidence: str | None, question: str = "",
                    switches: Switches = ALL_ON) -> tuple[str, list[str]]:
-    """The answer checks in order: ``answer`` (white space folded, trailing period dropped, cut
-    to its answering part) and the ids of the checks that fired on it; "" when one of them
+    """The answer checks in order: ``answer`` (white space folded, quotes and trailing period
+    dropped) and the ids of the checks that fired on it; "" when one of them
     drops it. ``evidence`` None (an answer from memory, read from nothing) skips only the
     resting check: every check of the answer's form still applies, so each eval mode is scored
     on the terms the pipeline's answer is.
@@ -51,11 +51,6 @@ def checked_answer(answer: str, evidence: str | None, question: str = "",
     """
     fired: list[str] = []
     text = " ".join(str(answer).split()).strip().strip("\"'").rstrip(".").strip()
-    if question and switches.on("answer-part"):
-        part = answer_part(text, question)
-        if part != text:
-            fired.append("answer-part")
-            text = part
     if question and switches.on("answer-dates"):
         decided = dated_choice(question, evidence)
         if decided and decided.lower() != text.lower():
@@ -84,39 +79,9 @@ def short_answer_or_empty(answer: str, evidence: str | None, question: str = "",
     return checked_answer(answer, evidence, question, switches)[0]
 
 
-# A sentence for an answer: this many words or more.
-_SENTENCE_WORDS = 5
-# The words before "is" say the question again when at least this share of them are its own.
-_LEAD_SHARE = 0.5
-_COPULA = re.compile(r"^(?P<lead>.+?)\s+(?:is|was|are|were)\s+(?P<rest>.+)$", re.IGNORECASE)
-
-
-def answer_part(answer: str, question: str) -> str:
-    """Check answer-part, the part of a sentence answer that answers: "The current chair of the
-    harbour board is Ida Brandt" -> "Ida Brandt" (what precedes "is" says the question again),
-    and for a question asking when, the date in "The town left the federation in 1948" -> "1948".
-    A short answer, or one that does not say the question first, is kept as it is."""
-    if len(answer.split()) < _SENTENCE_WORDS:
-        return answer
-    match = _COPULA.match(answer)
-    if match and not restates(match.group("rest"), question):
-        lead = content_words(match.group("lead"))
-        asked = content_words(question)
-        if len(lead) >= 2 and sum(1 for w in lead if word_found(w, asked)) >= _LEAD_SHARE * len(lead):
-            return match.group("rest").strip()
-    if asked_form(question) == "date":
-        dates = _DATE_PHRASE.findall(answer)
-        if len(dates) == 1:
-            return dates[0]
-    return answer
-
-
-
 _DATE_WORDS = re.compile(r"\d|\b(" + "|".join(MONTHS) + r"|century|centuries|decade|bc|bce|ad)\b")
 _DATE_ONLY = frozenset(MONTHS) | {"century", "centuries", "decade", "bc", "bce", "ad", "ce", "in", "on", "of",
                                    "the", "year", "early", "late", "mid"}
-_DATE_PHRASE = re.compile(r"\b(?:(?:\d{1,2} )?(?:january|february|march|april|may|june|july|august|september|"
-                          r"october|november|december)(?: \d{1,2},?)? )?\d{3,4}\b", re.IGNORECASE)
 _ORDINAL = re.compile(r"\d+(s|st|nd|rd|th)?")
 _NUMBER_WORDS = re.compile(r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
                            r"twenty|thirty|forty|fifty|hundred|thousand|million|billion|trillion|dozen|"

@@ -617,6 +617,41 @@ def test_a_yes_no_sub_question_about_one_compared_thing_cites_only_claims_naming
     assert off.counts == {}
 
 
+def test_the_report_without_the_writer_lists_under_a_side_only_claims_naming_it():
+    """Under the heading "Is Ida Brandt a painter? Yes" a sentence about Karl Brandt would read
+    as support for that yes: it goes under the next sub-question that found it, or among the
+    other verified claims; with the check off, or no comparison, it stays where it was found."""
+    from appliance.contracts import Importance, MergedClaim, QuoteRef, SourceQuality
+    from appliance.pipeline.synthesize import OTHER_CLAIMS, outline
+
+    def claim(cid, text, *nodes):
+        return MergedClaim(id=cid, text=text, importance=Importance.central, source_quality=SourceQuality.primary,
+                           quotes=[QuoteRef(source_url=f"http://{cid}.test", quote=text)], members=[cid],
+                           node_ids=list(nodes))
+
+    items = ["Ida Brandt", "Jon Lind"]
+    nodes = [NodeState(id="q1", question="Is Ida Brandt a painter?", answer="Yes"),
+             NodeState(id="q2", question="Is Jon Lind a painter?", answer="No"),
+             NodeState(id="q3", question="Who taught painting in Ardmore?", answer="Karl Brandt")]
+    confirmed = [claim("m1", "Ida Marta Brandt was a Ruritanian painter.", "q1"),
+                 claim("m2", "Karl Brandt is a Ruritanian sculptor and painter.", "q1"),
+                 claim("m3", "Jon Lind was a Ruritanian sailor.", "q2"),
+                 claim("m4", "Karl Brandt taught painting in Ardmore.", "q1", "q3")]
+
+    def listed(syn):
+        return {theme: [s.claim_ids[0] for s in statements] for theme, statements in syn.findings}
+
+    firings = Firings()
+    assert listed(outline(confirmed, nodes, ["m1", "m3"], items, firings)) == {
+        "Is Ida Brandt a painter? Yes": ["m1"], "Is Jon Lind a painter? No": ["m3"],
+        "Who taught painting in Ardmore? Karl Brandt": ["m4"], OTHER_CLAIMS: ["m2"]}
+    assert firings.log == [{"check": "answer-cites-side", "on": "claim m2 under q1"},
+                           {"check": "answer-cites-side", "on": "claim m4 under q1"}]
+    as_found = {"Is Ida Brandt a painter? Yes": ["m1", "m2", "m4"], "Is Jon Lind a painter? No": ["m3"]}
+    off = Firings(Switches({"answer-cites-side"}))
+    assert listed(outline(confirmed, nodes, ["m1", "m3"], items, off)) == as_found and off.counts == {}
+    assert listed(outline(confirmed, nodes, ["m1", "m3"])) == as_found
+
 
 # ------------------------------------------------------------------ search-named-first
 

@@ -176,8 +176,8 @@ CHECKS: tuple[Check, ...] = (
           "carrying the answer's words.",
           "names:off_subject", ("pipeline.name_check",)),
     Check("answer-cites-side", "answer",
-          "Cites for a yes/no sub-question about one of the things the question compares only its "
-          "claims that name that thing.",
+          "Cites for a yes/no sub-question about one of the things the question compares, and lists "
+          "under its heading in the report without the writer, only its claims that name that thing.",
           "synthesize:side_claims"),
     # write
     Check("cite-unknown", "write",

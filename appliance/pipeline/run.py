@@ -180,7 +180,8 @@ def _run_phases(run: RunContext, data: ReportData, embedder) -> None:
                                                 question_read(run, data.nodes))
     with _phase(run, "synthesize"):
         if not run.settings.pipeline.write_report:
-            data.synthesis = outline(confirmed, data.nodes, data.answer_claims)
+            data.synthesis = outline(confirmed, data.nodes, data.answer_claims,
+                                     compared(run.ctx.question), run.checks)
             return
         try:
             data.synthesis = synthesize(run, confirmed, data.short_answer)

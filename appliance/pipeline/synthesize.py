@@ -291,11 +291,16 @@ def synthesize(run: RunContext, confirmed: list[MergedClaim], direct_answer: str
 OTHER_CLAIMS = "Other verified claims"
 
 
-def outline(confirmed: list[MergedClaim], nodes: list[NodeState], resting: list[str] | None = None) -> Synthesis:
+def outline(confirmed: list[MergedClaim], nodes: list[NodeState], resting: list[str] | None = None,
+            items: list[str] | None = None, checks: Switches | Firings = ALL_ON) -> Synthesis:
     """The report's text without the writer: one finding per sub-question that has confirmed
     claims (in plan order; its theme the sub-question as researched, with its answer where it
     has one), each confirmed claim a statement citing itself, listed once, under the first
-    sub-question that found it; claims of no listed sub-question come last.
+    sub-question that found it; claims of no listed sub-question come last. With ``items``
+    (the things the question compares), a sub-question answered yes or no about one of them
+    alone lists only its claims that name that one (check answer-cites-side): under the
+    heading "Is Ida Brandt a painter? Yes", a claim it found about Karl Brandt would read as
+    support for that yes; such a claim goes under the next sub-question that found it, or last.
 
     The summary is the verified sentences the direct answer rests on (``resting``, the ids of
     the claims it cites, in their order), so it states the chain the answer was drawn from,
@@ -306,9 +311,19 @@ def outline(confirmed: list[MergedClaim], nodes: list[NodeState], resting: list[
     the Ardmore Press? Marta Olsen."). The report's own answer is the direct answer it already
     shows."""
     order = {node.id: index for index, node in enumerate(nodes)}
+    side = bool(items) and checks.on("answer-cites-side")
+
+    def fits(claim: MergedClaim, node: NodeState) -> bool:
+        if not side or node.answer.strip().lower().rstrip(".") not in ("yes", "no"):
+            return True
+        return bool(side_claims([claim], node, items or []))
+
     groups: dict[int, list[CitedStatement]] = {}
     for claim in confirmed:
-        home = min((order[n] for n in claim.node_ids if n in order), default=len(nodes))
+        found = sorted(order[n] for n in claim.node_ids if n in order)
+        home = next((i for i in found if fits(claim, nodes[i])), len(nodes))
+        if found and home != found[0] and isinstance(checks, Firings):
+            checks.fired("answer-cites-side", on=f"claim {claim.id} under {nodes[found[0]].id}")
         groups.setdefault(home, []).append(CitedStatement(text=claim.text, claim_ids=[claim.id]))
     findings: list[tuple[str, list[CitedStatement]]] = []
     for index in sorted(groups):

@@ -135,6 +135,10 @@ def test_a_choice_is_answered_with_one_of_its_two_in_every_mode():
     ("Between Lake Ormund and Lake Tarn, which is deeper?", ["Lake Ormund", "Lake Tarn"]),
     ("Which of Lake Ormund and Lake Tarn holds more water?", ["Lake Ormund", "Lake Tarn"]),
     ("Who was born later, Ida Brandt and Jon Lindqvist?", ["Ida Brandt", "Jon Lindqvist"]),
+    # A question written as two sentences: the first is background, the second asks. What the
+    # background says of both ("each other") does not make the question one about both.
+    ("Lake Ormund and Lake Tarn were dammed within a year of each other. Which was dammed first?",
+     ["Lake Ormund", "Lake Tarn"]),
     # No choice: nothing ranked, a question about both or what they share, a yes/no question,
     # or two names that are parts of one fact.
     ("Between Lake Ormund and Lake Tarn, which town lies?", []),
@@ -143,6 +147,8 @@ def test_a_choice_is_answered_with_one_of_its_two_in_every_mode():
     ("Are Lake Ormund and Lake Tarn deeper than the sea?", []),
     ("Which engineer dammed Lake Ormund and Lake Tarn first?", []),
     ("Which dam, built by Ida Brandt and Jon Lindqvist, is the largest?", []),
+    ("Lake Ormund and Lake Tarn were dammed first. Which town lies between them?", []),
+    ("Which of Lake Ormund and Lake Tarn did Mr. Brandt dam first, each in its year?", []),
 ])
 def test_a_choice_named_with_and_is_offered_only_when_the_question_ranks_the_two(question, choices):
     from appliance.pipeline.forms import offered_choice

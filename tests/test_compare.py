@@ -28,7 +28,10 @@ from fakes import FakeBackend, FakeEngine, FakeFetcher
     ("What do Ida Brandt and Jon Lindqvist have in common?", ["Ida Brandt", "Jon Lindqvist"]),
     ("The Velka Bridge and Ardmore Pier were built when; which came first?", ["Velka Bridge", "Ardmore Pier"]),
     ("Who sold more records, Ida Brandt and Jon Lindqvist?", ["Ida Brandt", "Jon Lindqvist"]),
-    # Not comparisons: two names of one fact, or no two names at all.
+    ("Ida Brandt and Jon Lindqvist met each other in 1931. Who was born first?", ["Ida Brandt", "Jon Lindqvist"]),
+    # Not comparisons: two names of one fact, or no two names at all; what a sentence before
+    # the one that asks says of both is background.
+    ("Ida Brandt and Jon Lindqvist were both engineers. Where was Radio Ardmore founded?", []),
     ("Who founded Radio Ardmore and Velka FM first?", []),
     ("Which station was founded by Ida Brandt and Jon Lindqvist in 1931?", []),
     ("Where was the founder of Radio Ardmore born?", []),

@@ -223,7 +223,7 @@ def compared(question: str) -> list[str]:
         a, b = _trim_name(match.group("a")), _trim_name(match.group("b"))
         if not a or not b or a.lower() == b.lower():
             continue
-        if match.group("op") == "or" or _BOTH.search(text):
+        if match.group("op") == "or" or _BOTH.search(asking_sentence(text)):
             return [a, b]
     choice = _choice(text)  # "X and Y were founded when; which came first?"
     if choice:
@@ -362,9 +362,10 @@ def _choice(question: str) -> list[str]:
         if match.group("op") == "or":
             return [a, b]
         pairs.append((match, a, b))
-    if not pairs or is_yes_no(text) or not _ASKS_ONE.search(text):
+    asking = asking_sentence(text)
+    if not pairs or is_yes_no(asking) or not _ASKS_ONE.search(asking):
         return []
-    if not (asked_order(text) or _RANKS.search(text)) or _SHARED.search(text):
+    if not (asked_order(asking) or _RANKS.search(asking)) or _SHARED.search(asking):
         return []
     match, a, b = pairs[0]
     lead = text[:match.start("a") + max(match.group("a").find(a), 0)].split()
@@ -373,6 +374,18 @@ def _choice(question: str) -> list[str]:
     if lead and not lead[-1].endswith((",", ";", ":")) and lead[-1].lower() not in _CHOICE_LEADS:
         return []
     return [a, b]
+
+
+# Where a question written as several sentences starts a new one: after a sentence's end that
+# follows a word of three or more characters (not an initial or "Mr."), before a capital.
+_SENTENCE_BREAK = re.compile(r"(?<=[\w]{3}[.!?])\s+(?=[A-Z])")
+
+
+def asking_sentence(question: str) -> str:
+    """The sentence that asks, of a question written as several: what the sentences before it
+    say is background, not what is asked ("Ida Brandt and Jon Lind met each other in 1901.
+    Which of them was born first?" asks to choose one, not about what both share)."""
+    return _SENTENCE_BREAK.split(" ".join(question.split()))[-1]
 
 
 def _trim_name(span: str) -> str:

@@ -157,7 +157,7 @@ class PipelineSettings(_Section):
                           ("min_valid_votes", "votes"), ("refutations_to_kill", "votes")):
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{low} ({getattr(self, low)}) is more than {high} ({getattr(self, high)}) "
-                                 f"with profile {self.profile}")
+                                 f"with profile {self.profile}: lower the one or raise the other")
         return self
 
 
@@ -219,11 +219,14 @@ class Settings:
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-            if err.get("type") == "value_error":  # a check across settings: the message names them
+            hint: str | None = "see appliance/defaults.toml for the allowed values"
+            if err.get("type") == "value_error":
+                # A check of our own: its message names the settings and says what to do.
                 message = f"settings of [{where}]: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}"
+                hint = None
             else:
                 message = f"setting '{where}': {err.get('msg', 'invalid')} (got {err.get('input')!r})"
-            raise ConfigError(message, hint="see appliance/defaults.toml for the allowed values") from None
+            raise ConfigError(message, hint=hint) from None
         object.__setattr__(self, "typed", typed)
 
     @property

@@ -92,6 +92,7 @@ def test_settings_that_contradict_each_other_are_one_clear_error(env, named):
     with pytest.raises(ConfigError) as info:
         load_settings(env=env)
     assert named in info.value.one_line()
+    assert info.value.one_line().endswith("lower the one or raise the other")
 
 
 def test_the_edges_of_each_range_are_accepted():

@@ -246,6 +246,8 @@ def test_plan_repairs_are_counted_by_check():
     ("answer-form", "yes", "Ida Brandt founded it.", "Who founded the station?", ""),
     ("answer-rests", "Lindqvist", "The station was founded by Ida Brandt.", "Who founded the station?", ""),
     ("example-echo", "Frank Herbert", "The station was founded by Ida Brandt.", "Who founded the station?", ""),
+    # The answer instruction said back, here with no evidence (an answer from memory).
+    ("example-echo", "The name, place, date or number asked for", None, "Who founded the station?", ""),
 ])
 def test_each_answer_check_fires_and_switches_off(check_id, answer, evidence, question, kept):
     out, fired = checked_answer(answer, evidence, question)
@@ -253,7 +255,16 @@ def test_each_answer_check_fires_and_switches_off(check_id, answer, evidence, qu
     off_out, off_fired = checked_answer(answer, evidence, question, Switches({check_id}))
     assert check_id not in off_fired  # a later check may still drop it
     # A plain answer of the asked form, resting on its evidence: no check fires.
-    assert checked_answer("Ida Brandt", evidence + " Ida Brandt.", "Who founded the station?") == ("Ida Brandt", [])
+    assert checked_answer("Ida Brandt", (evidence or "") + " Ida Brandt.", "Who founded the station?") == ("Ida Brandt", [])
+
+
+def test_an_answer_in_the_instructions_words_is_kept_when_the_question_or_evidence_has_them():
+    # Words of the instruction that the question asks about are an answer, not an echo.
+    assert checked_answer("the shortest phrase", None, "What is the shortest phrase in the Velka charter?")[0]
+    assert checked_answer("Date and place", "The festival is known as Date and Place.",
+                          "What is the festival known as?")[0] == "Date and place"
+    # Two words are too few to tell an echo from a name.
+    assert checked_answer("Number Seven", "The ferry Number Seven sank.", "Which ferry sank?")[0] == "Number Seven"
 
 
 @pytest.mark.parametrize("fires,holds", [

@@ -58,7 +58,8 @@ CHECKS: tuple[Check, ...] = (
     # any phase
     Check("example-echo", "any",
           "Drops model text (a sub-question, query, gap, vote reason, answer or statement) that "
-          "names words of a prompt's worked example its input did not have.",
+          "names words of a prompt's worked example its input did not have, and a short answer "
+          "made of the answer instruction's own words.",
           "forms:echoes_example"),
     # gather
     Check("search-named-first", "gather",

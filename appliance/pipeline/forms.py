@@ -62,7 +62,8 @@ def checked_answer(answer: str, evidence: str | None, question: str = "",
     yes_no = bool(_YES_NO.match(text.lower()))
     for check_id, drops in (
             ("answer-none", lambda: says_no_answer(text)),
-            ("example-echo", lambda: echoes_example(text, evidence or "", question)),
+            ("example-echo", lambda: (echoes_example(text, evidence or "", question)
+                                      or echoes_instruction(text, evidence or "", question))),
             ("answer-restates", lambda: not yes_no and restates(text, question)),
             # Yes or no answers only a question that asks for it ("yes" to "Who ...?" is no answer).
             ("answer-form", lambda: (not is_yes_no(question) if yes_no and question
@@ -188,6 +189,23 @@ def echoes_example(text: str, *inputs: str) -> bool:
     low = text.lower()
     given = " ".join(inputs).lower()
     return any(marker in low and marker not in given for marker in EXAMPLE_MARKERS)
+
+
+# An answer of at least this many content words, each of them a word of the answer
+# instruction and not all of them in the question or evidence, is the instruction said back.
+_ECHOED_WORDS = 3
+
+
+def echoes_instruction(text: str, *inputs: str) -> bool:
+    """True when a short answer is made of the answer instruction's own words
+    (``prompts.ANSWER_INSTRUCTION_WORDS``): "The name or date asked for" is the prompt said
+    back, not an answer. Words the question or evidence also has do not count as echoed."""
+    from .prompts import ANSWER_INSTRUCTION_WORDS
+
+    words = content_words(text)
+    if len(words) < _ECHOED_WORDS or not words <= ANSWER_INSTRUCTION_WORDS:
+        return False
+    return not words <= content_words(" ".join(inputs))
 
 
 # A name as a question writes it: capitalised words (or numbers), with the small words that

@@ -7,6 +7,7 @@ sources is fenced and labelled as data: instructions found inside it are not to 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .forms import asked_form, asked_kind
@@ -201,6 +202,18 @@ _FORMS = {
 }
 
 
+_KIND_FORM = "Answer with the name of the {kind} the question asks for, nothing else. No sentence."
+_CHOICE_FORM = ("The question asks which of two it is: answer with {first} or with {second}, "
+                "nothing else; unknown only when that cannot be told.")
+_EVIDENCE_ONLY = "Use the evidence only, in its own words."
+
+# The words of every answer instruction: an answer made of them alone says the instruction
+# back (check example-echo, forms.echoes_instruction).
+ANSWER_INSTRUCTION_WORDS = frozenset(
+    w for text in (*_FORMS.values(), _KIND_FORM, _CHOICE_FORM, _EVIDENCE_ONLY)
+    for w in re.findall(r"[a-z]+", re.sub(r"\{\w+\}", " ", text).lower()) if len(w) >= 3)
+
+
 ITERATIVE_STEP_TOKENS = 120
 
 
@@ -238,11 +251,10 @@ def short_answer(question: str, passages: str | None, today: str, choices: list[
     form = _FORMS[asked_form(question)]
     kind = asked_kind(question)
     if kind and asked_form(question) in ("entity", "phrase"):
-        form = f"Answer with the name of the {kind} the question asks for, nothing else. No sentence."
+        form = _KIND_FORM.format(kind=kind)
     if choices:
-        form = (f"The question asks which of two it is: answer with {choices[0]} or with {choices[1]}, "
-                "nothing else; unknown only when that cannot be told.")
+        form = _CHOICE_FORM.format(first=choices[0], second=choices[1])
     if passages is None:
         return _msgs(f"{form} Today is {today}.", f"Question: {question}")
-    system = f"{form} Use the evidence only, in its own words. Today is {today}."
+    system = f"{form} {_EVIDENCE_ONLY} Today is {today}."
     return _msgs(system, f"{_data_block('EVIDENCE', passages)}\nQuestion: {question}")

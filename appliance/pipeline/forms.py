@@ -234,14 +234,16 @@ def compared(question: str) -> list[str]:
     a choice between two named things ("Which opened first, the Velka Bridge or Ardmore
     Pier?") or a question about both ("Were Ida Brandt and Jon Lindqvist both engineers?",
     "Are X and Y in the same league?"); two names joined by "and" without such a word
-    ("built by Velka and Ardmore in 1931") are one fact's, not a comparison. Only named things count (capitalised words with their joiners): "apples or
-    pears" is a choice this does not see, and the plan's own sub-questions research it."""
+    ("built by Velka and Ardmore in 1931") are one fact's, not a comparison. Only named
+    things count (capitalised words with their joiners): "apples or pears" is a choice this
+    does not see, and the plan's own sub-questions research it."""
     text = " ".join(question.split())
+    about_both = bool(_BOTH.search(asking_sentence(text)))
     for match in _PAIR.finditer(text):
         a, b = _trim_name(match.group("a")), _trim_name(match.group("b"))
         if not a or not b or a.lower() == b.lower():
             continue
-        if match.group("op") == "or" or _BOTH.search(asking_sentence(text)):
+        if match.group("op") == "or" or about_both:
             return [a, b]
     choice = _choice(text)  # "X and Y were founded when; which came first?"
     if choice:

@@ -847,6 +847,11 @@ def test_the_outline_groups_claims_under_the_first_sub_question_that_found_them(
     assert syn.executive_summary == "Who founded the Ardmore Press? Marta Olsen. Where was Marta Olsen born? Kessel."
     assert syn.answer == "" and syn.open_questions == []
     assert outline([], nodes).findings == []
+    # A node of the gap round searched as named is no question: a colon parts it from its answer.
+    searched = NodeState(id="g1", question="Marta Olsen  birthplace", answer="Kessel.", from_gap_round=True)
+    syn = outline([_verified("m5", "Marta Olsen was born in Kessel.", "g1")], [searched])
+    assert syn.findings[0][0] == "Marta Olsen birthplace: Kessel."
+    assert syn.executive_summary == "Marta Olsen birthplace: Kessel."
 
 
 def test_the_outline_summary_is_the_chain_the_answer_rests_on_not_a_sub_questions_other_answer():

@@ -332,14 +332,24 @@ def outline(confirmed: list[MergedClaim], nodes: list[NodeState], resting: list[
         else:
             node = nodes[index]
             answer = node.answer if node.answer and not node.answer_superseded else ""
-            theme = f"{node.asked} {answer}".strip() if answer else node.asked
+            theme = with_answer(node.asked, answer)
         findings.append((" ".join(theme.split()), groups[index]))
     by_id = {claim.id: claim for claim in confirmed}
     summary = [as_sentence(by_id[cid].text) for cid in resting or [] if cid in by_id]
     if not summary:
-        summary = [f"{' '.join(n.asked.split())} {' '.join(n.answer.split()).rstrip('.')}." for n in nodes
+        summary = [with_answer(n.asked, n.answer.rstrip(".")) + "." for n in nodes
                    if n.answer and not n.answer_superseded and not n.reads_only]
     return Synthesis(answer="", executive_summary=" ".join(dedupe_text(summary)), findings=findings)
+
+
+def with_answer(asked: str, answer: str) -> str:
+    """A sub-question followed by its answer, as a heading reads it: "Where was Ida Brandt
+    born? Ardmore". A node of the gap round searched as named ("Ida Brandt birthplace") is no
+    question, so a colon parts it from its answer."""
+    asked, answer = " ".join(asked.split()), " ".join(answer.split())
+    if not answer:
+        return asked
+    return f"{asked} {answer}" if asked.endswith("?") else f"{asked}: {answer}"
 
 
 def as_sentence(text: str) -> str:

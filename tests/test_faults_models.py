@@ -75,6 +75,32 @@ MODEL_FAULTS = {
 }
 
 
+@pytest.mark.parametrize("chunk", [None, 61])
+def test_the_header_reader_skips_the_vocabulary_in_chunks_and_tells_every_cut(chunk, tmp_path, monkeypatch):
+    """The tokenizer's strings are skipped a chunk at a time (``gguf._CHUNK``; here also a
+    tiny one, so that lengths and strings straddle its edges): the header reads exactly as
+    when every string is read, and a file cut anywhere in it is a truncated file."""
+    from appliance.errors import ModelError
+    from appliance.llm import gguf
+
+    if chunk:
+        monkeypatch.setattr(gguf, "_CHUNK", chunk)
+    skipped = gguf.read_gguf(MODEL_FILE)
+    kept = gguf.read_gguf(MODEL_FILE, keep_arrays=True)
+    arrays = {k for k, v in kept.metadata.items() if isinstance(v, list)}
+    assert any(len(kept.metadata[k]) > 10_000 for k in arrays)  # a vocabulary was skipped
+    assert skipped.metadata == {k: None if k in arrays else v for k, v in kept.metadata.items()}
+    assert (skipped.tensor_count, skipped.data_end) == (kept.tensor_count, kept.data_end) != (0, None)
+    with MODEL_FILE.open("rb") as fh:
+        head = fh.read(2 * gguf._CHUNK + 4096 if chunk is None else 200_000)
+    cut = tmp_path / "cut.gguf"
+    for at in sorted({4096, len(head) // 3, len(head) - 7, *(k * (chunk or gguf._CHUNK) + d
+                                                                for k in (1, 2) for d in (-1, 0, 3))}):
+        cut.write_bytes(head[:at])
+        with pytest.raises(ModelError, match="is truncated"):
+            gguf.read_gguf(cut)
+
+
 @pytest.mark.searxng
 @pytest.mark.parametrize("kind", list(MODEL_FAULTS))
 def test_bad_model_file_fails_before_any_work(kind, searxng, tmp_path, model_sha):

@@ -181,11 +181,39 @@ def _skip_array(rd: _Reader, item_type: int, n: int, version: int) -> None:
     if item_type in _SCALARS:
         rd.skip(struct.calcsize(_SCALARS[item_type]) * n)
     elif item_type == _STRING:
-        for _ in range(n):
-            rd.skip(rd.u32() if version == 1 else rd.u64())
+        _skip_strings(rd, n, version)
     else:
         for _ in range(n):
             _value(rd, item_type, version, keep_arrays=False)
+
+
+# Bytes read at a time while skipping an array of strings.
+_CHUNK = 1 << 20
+
+
+def _skip_strings(rd: _Reader, n: int, version: int) -> None:
+    """Skip ``n`` length-prefixed strings. A vocabulary holds 50k to 250k of them: a read and
+    a seek each took seconds at every model load, so the lengths are walked in chunks held in
+    memory and the file is positioned once, after the last string."""
+    length = struct.Struct("<I" if version == 1 else "<Q")
+    width = length.size
+    fh = rd.fh
+    base = fh.tell()  # the file offset of buf[0]
+    buf, pos = b"", 0
+    for _ in range(n):
+        if pos + width > len(buf):
+            base += pos
+            if base + width > rd.size:
+                raise _Truncated()
+            fh.seek(base)
+            buf, pos = fh.read(_CHUNK), 0
+            if len(buf) < width:
+                raise _Truncated()
+        pos += width + length.unpack_from(buf, pos)[0]
+    end = base + pos
+    if end > rd.size:
+        raise _Truncated()
+    fh.seek(end)
 
 
 def _tensor_extent(rd: _Reader, version: int, n_tensors: int, metadata: dict) -> int | None:
